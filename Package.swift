@@ -1,0 +1,61 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "pinproxy",
+    products: [
+        .executable(name: "pinproxy", targets: ["pinproxy"])
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    ],
+    targets: [
+        // OpenSSL 3 and libevent, found with pkg-config.
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CLibevent",
+            pkgConfig: "libevent_openssl",
+            providers: [.apt(["libevent-dev"])]
+        ),
+        // Functions for the C macros Swift cannot call.
+        .target(
+            name: "CPinproxyShims",
+            dependencies: ["COpenSSL", "CLibevent"]
+        ),
+        // Every unsafe pointer lives here: Swift types that own OpenSSL and libevent objects.
+        .target(
+            name: "PinproxyInterop",
+            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims"]
+        ),
+        // The pure trust decision and the config loader: no sockets.
+        .target(
+            name: "PinproxyPolicy",
+            dependencies: ["PinproxyInterop", "TOMLKit"]
+        ),
+        // The daemon: accept, parse CONNECT, resolve, connect, upstream TLS, intercept, relay.
+        .target(
+            name: "PinproxyProxy",
+            dependencies: [
+                "PinproxyPolicy", "PinproxyInterop",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "pinproxy",
+            dependencies: [
+                "PinproxyPolicy", "PinproxyProxy", "PinproxyInterop",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(
+            name: "PinproxyPolicyTests",
+            dependencies: ["PinproxyPolicy", "PinproxyInterop"]
+        ),
+    ]
+)

@@ -1,0 +1,54 @@
+// Functions for the OpenSSL and libevent macros Swift cannot call.
+// Each shim exists only because the C name is a macro or a variadic function;
+// it adds no behaviour. All symbols carry the `pp_` prefix.
+#ifndef CPINPROXY_SHIMS_H
+#define CPINPROXY_SHIMS_H
+
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <openssl/ocsp.h>
+#include <sys/socket.h>
+
+// STACK_OF(X509): the sk_X509_* accessors are macros.
+STACK_OF(X509) *pp_sk_X509_new_null(void);
+int pp_sk_X509_push(STACK_OF(X509) *stack, X509 *cert);
+int pp_sk_X509_num(const STACK_OF(X509) *stack);
+X509 *pp_sk_X509_value(const STACK_OF(X509) *stack, int index);
+void pp_sk_X509_free(STACK_OF(X509) *stack);
+void pp_sk_X509_pop_free(STACK_OF(X509) *stack);
+
+// STACK_OF(X509_CRL).
+STACK_OF(X509_CRL) *pp_sk_X509_CRL_new_null(void);
+int pp_sk_X509_CRL_push(STACK_OF(X509_CRL) *stack, X509_CRL *crl);
+void pp_sk_X509_CRL_free(STACK_OF(X509_CRL) *stack);
+
+// subjectAltName entries, for display.
+int pp_sk_GENERAL_NAME_num(const GENERAL_NAMES *names);
+GENERAL_NAME *pp_sk_GENERAL_NAME_value(const GENERAL_NAMES *names, int index);
+void pp_GENERAL_NAMES_free(GENERAL_NAMES *names);
+
+// X509_STORE_CTX application data (a macro over ex_data index 0).
+int pp_X509_STORE_CTX_set_app_data(X509_STORE_CTX *ctx, void *data);
+void *pp_X509_STORE_CTX_get_app_data(X509_STORE_CTX *ctx);
+
+// SSL and SSL_CTX controls that are macros over SSL_ctrl / SSL_CTX_ctrl.
+long pp_SSL_set_tlsext_host_name(SSL *ssl, const char *name);
+long pp_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version);
+long pp_SSL_set_min_proto_version(SSL *ssl, int version);
+long pp_SSL_set_tlsext_status_type_ocsp(SSL *ssl);
+long pp_SSL_get_tlsext_status_ocsp_resp(SSL *ssl, const unsigned char **resp);
+long pp_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode);
+int pp_SSL_set_app_data(SSL *ssl, void *data);
+void *pp_SSL_get_app_data(const SSL *ssl);
+
+// BIO_get_mem_data is a macro.
+long pp_BIO_get_mem_data(BIO *bio, char **data);
+
+// OPENSSL_free is a macro.
+void pp_OPENSSL_free(void *pointer);
+
+// EVP_EC_gen is a macro over a variadic function.
+EVP_PKEY *pp_EVP_EC_gen_p256(void);
+
+#endif

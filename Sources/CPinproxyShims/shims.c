@@ -1,0 +1,36 @@
+#include "CPinproxyShims.h"
+
+STACK_OF(X509) *pp_sk_X509_new_null(void) { return sk_X509_new_null(); }
+int pp_sk_X509_push(STACK_OF(X509) *stack, X509 *cert) { return sk_X509_push(stack, cert); }
+int pp_sk_X509_num(const STACK_OF(X509) *stack) { return sk_X509_num(stack); }
+X509 *pp_sk_X509_value(const STACK_OF(X509) *stack, int index) { return sk_X509_value(stack, index); }
+void pp_sk_X509_free(STACK_OF(X509) *stack) { sk_X509_free(stack); }
+void pp_sk_X509_pop_free(STACK_OF(X509) *stack) { sk_X509_pop_free(stack, X509_free); }
+
+STACK_OF(X509_CRL) *pp_sk_X509_CRL_new_null(void) { return sk_X509_CRL_new_null(); }
+int pp_sk_X509_CRL_push(STACK_OF(X509_CRL) *stack, X509_CRL *crl) { return sk_X509_CRL_push(stack, crl); }
+void pp_sk_X509_CRL_free(STACK_OF(X509_CRL) *stack) { sk_X509_CRL_free(stack); }
+
+int pp_sk_GENERAL_NAME_num(const GENERAL_NAMES *names) { return sk_GENERAL_NAME_num(names); }
+GENERAL_NAME *pp_sk_GENERAL_NAME_value(const GENERAL_NAMES *names, int index) { return sk_GENERAL_NAME_value(names, index); }
+void pp_GENERAL_NAMES_free(GENERAL_NAMES *names) { GENERAL_NAMES_free(names); }
+
+int pp_X509_STORE_CTX_set_app_data(X509_STORE_CTX *ctx, void *data) { return X509_STORE_CTX_set_app_data(ctx, data); }
+void *pp_X509_STORE_CTX_get_app_data(X509_STORE_CTX *ctx) { return X509_STORE_CTX_get_app_data(ctx); }
+
+long pp_SSL_set_tlsext_host_name(SSL *ssl, const char *name) { return SSL_set_tlsext_host_name(ssl, name); }
+long pp_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) { return SSL_CTX_set_min_proto_version(ctx, version); }
+long pp_SSL_set_min_proto_version(SSL *ssl, int version) { return SSL_set_min_proto_version(ssl, version); }
+long pp_SSL_set_tlsext_status_type_ocsp(SSL *ssl) { return SSL_set_tlsext_status_type(ssl, TLSEXT_STATUSTYPE_ocsp); }
+long pp_SSL_get_tlsext_status_ocsp_resp(SSL *ssl, const unsigned char **resp) {
+    return SSL_get_tlsext_status_ocsp_resp(ssl, resp);
+}
+long pp_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_session_cache_mode(ctx, mode); }
+int pp_SSL_set_app_data(SSL *ssl, void *data) { return SSL_set_app_data(ssl, data); }
+void *pp_SSL_get_app_data(const SSL *ssl) { return SSL_get_app_data(ssl); }
+
+long pp_BIO_get_mem_data(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
+
+void pp_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }
+
+EVP_PKEY *pp_EVP_EC_gen_p256(void) { return EVP_EC_gen("P-256"); }

@@ -1,0 +1,2 @@
+import PinproxyInterop
+print(interopProbe())
