@@ -31,6 +31,8 @@ void *pp_SSL_get_app_data(const SSL *ssl) { return SSL_get_app_data(ssl); }
 
 long pp_BIO_get_mem_data(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
 
+unsigned long pp_name_print_flags(void) { return XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB; }
+
 void pp_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }
 
 EVP_PKEY *pp_EVP_EC_gen_p256(void) { return EVP_EC_gen("P-256"); }

@@ -45,6 +45,9 @@ void *pp_SSL_get_app_data(const SSL *ssl);
 // BIO_get_mem_data is a macro.
 long pp_BIO_get_mem_data(BIO *bio, char **data);
 
+// XN_FLAG_RFC2253 is a composite macro; this returns it without escaping UTF-8 bytes.
+unsigned long pp_name_print_flags(void);
+
 // OPENSSL_free is a macro.
 void pp_OPENSSL_free(void *pointer);
 

@@ -1,0 +1,65 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CPinproxyShims
+
+/// Fetches the chain a live server presents, with a direct blocking TLS connection: for the
+/// `pinproxy pin --connect` command only, never for the daemon's event loops.
+public enum ChainFetcher {
+    /// What the server presented.
+    public struct Result {
+        /// The chain as presented, leaf first.
+        public let chain: [Certificate]
+        /// The negotiated protocol, e.g. `TLSv1.3`.
+        public let protocolVersion: String
+    }
+
+    /// Connects to `host`:`port` (each resolved address in turn), sends SNI = `serverName` when
+    /// given, completes a handshake without verifying, and returns the presented chain.
+    public static func fetch(host: String, port: UInt16, serverName: String?, timeout: TimeInterval) throws -> Result {
+        let socket = try connect(host: host, port: port, timeout: timeout)
+        defer { close(socket) }
+        guard let context = SSL_CTX_new(TLS_client_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
+        defer { SSL_CTX_free(context) }
+        SSL_CTX_set_verify(context, SSL_VERIFY_NONE, nil)
+        guard let ssl = SSL_new(context) else { throw OpenSSLError.drain("SSL_new") }
+        defer { SSL_free(ssl) }
+        if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
+        SSL_set_fd(ssl, socket)
+        guard SSL_connect(ssl) == 1 else { throw OpenSSLError.drain("TLS handshake with \(host):\(port) failed") }
+        var chain: [Certificate] = []
+        if let stack = SSL_get_peer_cert_chain(ssl) {
+            for index in 0..<pp_sk_X509_num(stack) {
+                if let cert = pp_sk_X509_value(stack, index) { chain.append(Certificate(retaining: cert)) }
+            }
+        }
+        let version = String(cString: SSL_get_version(ssl))
+        _ = SSL_shutdown(ssl)
+        return Result(chain: chain, protocolVersion: version)
+    }
+
+    private static func connect(host: String, port: UInt16, timeout: TimeInterval) throws -> Int32 {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(host, String(port), &hints, &list)
+        guard status == 0, let list else {
+            throw OpenSSLError(operation: "cannot resolve \(host)", messages: [String(cString: gai_strerror(status))])
+        }
+        defer { freeaddrinfo(list) }
+        var lastError = "no address"
+        var cursor: UnsafeMutablePointer<addrinfo>? = list
+        while let info = cursor {
+            cursor = info.pointee.ai_next
+            let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype, info.pointee.ai_protocol)
+            guard fd >= 0 else { continue }
+            var limit = timeval(tv_sec: Int(timeout), tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            if Glibc.connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 { return fd }
+            lastError = String(cString: strerror(errno))
+            close(fd)
+        }
+        throw OpenSSLError(operation: "cannot connect to \(host):\(port)", messages: [lastError])
+    }
+}

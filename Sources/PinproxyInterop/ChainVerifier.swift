@@ -1,0 +1,148 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CPinproxyShims
+
+/// One problem OpenSSL found while building and verifying a chain.
+public struct ChainProblem: Sendable, Hashable, CustomStringConvertible {
+    /// The class of problem, independent of OpenSSL's numbering.
+    public enum Kind: Sendable, Hashable {
+        case expired, notYetValid, revoked, revocationUnknown, untrusted
+    }
+
+    public let kind: Kind
+    /// OpenSSL's X509_V_ERR_* code.
+    public let code: Int32
+    /// Position in the chain, 0 being the leaf.
+    public let depth: Int
+    /// OpenSSL's text for the code.
+    public let message: String
+    /// The subject of the certificate concerned, when OpenSSL names one.
+    public let subject: String
+
+    public var description: String {
+        subject.isEmpty ? "\(message) (depth \(depth))" : "\(message) (depth \(depth): \(subject))"
+    }
+
+    static func kind(of code: Int32) -> Kind {
+        switch code {
+        case X509_V_ERR_CERT_HAS_EXPIRED:
+            return .expired
+        case X509_V_ERR_CERT_NOT_YET_VALID:
+            return .notYetValid
+        case X509_V_ERR_CERT_REVOKED:
+            return .revoked
+        case X509_V_ERR_UNABLE_TO_GET_CRL, X509_V_ERR_CRL_HAS_EXPIRED, X509_V_ERR_CRL_NOT_YET_VALID,
+             X509_V_ERR_CRL_SIGNATURE_FAILURE, X509_V_ERR_UNABLE_TO_DECRYPT_CRL_SIGNATURE,
+             X509_V_ERR_ERROR_IN_CRL_LAST_UPDATE_FIELD, X509_V_ERR_ERROR_IN_CRL_NEXT_UPDATE_FIELD,
+             X509_V_ERR_UNABLE_TO_GET_CRL_ISSUER, X509_V_ERR_KEYUSAGE_NO_CRL_SIGN,
+             X509_V_ERR_DIFFERENT_CRL_SCOPE, X509_V_ERR_UNHANDLED_CRITICAL_CRL_EXTENSION,
+             X509_V_ERR_CRL_PATH_VALIDATION_ERROR:
+            return .revocationUnknown
+        default:
+            return .untrusted
+        }
+    }
+}
+
+/// What OpenSSL built and what it found wrong with it.
+public struct ChainVerification: Sendable {
+    /// The chain OpenSSL built from the leaf towards an anchor, leaf first. When `problems`
+    /// is empty this is the verified chain.
+    public let chain: [Certificate]
+    /// Every problem reported, in the order OpenSSL found them.
+    public let problems: [ChainProblem]
+
+    /// True when OpenSSL verified the chain without any problem.
+    public var isVerified: Bool { problems.isEmpty && !chain.isEmpty }
+}
+
+extension TrustStore {
+    /// Builds and verifies a chain for `leaf` with X509_verify_cert: purpose TLS server, the
+    /// given time, partial chains when this store accepts them, and the leaf checked against
+    /// `crls` when given. Verification goes on past each problem so that all are reported.
+    public func verify(
+        leaf: Certificate,
+        intermediates: [Certificate],
+        at time: Date,
+        crls: [RevocationList]? = nil
+    ) -> ChainVerification {
+        guard let context = X509_STORE_CTX_new() else {
+            return ChainVerification(chain: [], problems: [Self.internalProblem("X509_STORE_CTX_new")])
+        }
+        defer { X509_STORE_CTX_free(context) }
+
+        let untrusted = pp_sk_X509_new_null()
+        defer { pp_sk_X509_free(untrusted) }
+        for certificate in intermediates { _ = pp_sk_X509_push(untrusted, certificate.handle) }
+
+        guard X509_STORE_CTX_init(context, handle, leaf.handle, untrusted) == 1 else {
+            return ChainVerification(chain: [], problems: [Self.internalProblem("X509_STORE_CTX_init")])
+        }
+
+        let crlStack = pp_sk_X509_CRL_new_null()
+        defer { pp_sk_X509_CRL_free(crlStack) }
+        var flags = UInt(0)
+        if acceptsPartialChains { flags |= UInt(X509_V_FLAG_PARTIAL_CHAIN) }
+        if let crls {
+            for crl in crls { _ = pp_sk_X509_CRL_push(crlStack, crl.handle) }
+            X509_STORE_CTX_set0_crls(context, crlStack)
+            flags |= UInt(X509_V_FLAG_CRL_CHECK)
+        }
+
+        let parameters = X509_STORE_CTX_get0_param(context)
+        X509_VERIFY_PARAM_set_flags(parameters, flags)
+        X509_VERIFY_PARAM_set_purpose(parameters, X509_PURPOSE_SSL_SERVER)
+        X509_VERIFY_PARAM_set_time(parameters, time_t(time.timeIntervalSince1970.rounded(.down)))
+
+        let collector = ProblemCollector()
+        let unmanaged = Unmanaged.passRetained(collector)
+        defer { unmanaged.release() }
+        _ = pp_X509_STORE_CTX_set_app_data(context, unmanaged.toOpaque())
+        X509_STORE_CTX_set_verify_cb(context) { ok, context in
+            guard ok == 0, let context, let data = pp_X509_STORE_CTX_get_app_data(context) else { return 1 }
+            let collector = Unmanaged<ProblemCollector>.fromOpaque(data).takeUnretainedValue()
+            let code = X509_STORE_CTX_get_error(context)
+            let subject = X509_STORE_CTX_get_current_cert(context).map { Certificate(retaining: $0).subject } ?? ""
+            collector.add(ChainProblem(
+                kind: ChainProblem.kind(of: code),
+                code: code,
+                depth: Int(X509_STORE_CTX_get_error_depth(context)),
+                message: String(cString: X509_verify_cert_error_string(Int(code))),
+                subject: subject))
+            // Go on, so that every problem in the chain is reported.
+            return 1
+        }
+
+        let status = X509_verify_cert(context)
+        var problems = collector.problems
+        if status != 1 && problems.isEmpty {
+            problems.append(Self.internalProblem("X509_verify_cert"))
+        }
+        _ = drainErrorQueue()
+
+        var chain: [Certificate] = []
+        if let built = X509_STORE_CTX_get1_chain(context) {
+            for index in 0..<pp_sk_X509_num(built) {
+                if let cert = pp_sk_X509_value(built, index) { chain.append(Certificate(retaining: cert)) }
+            }
+            pp_sk_X509_pop_free(built)
+        }
+        return ChainVerification(chain: chain, problems: problems)
+    }
+
+    private static func internalProblem(_ operation: String) -> ChainProblem {
+        let messages = drainErrorQueue()
+        return ChainProblem(kind: .untrusted, code: -1, depth: 0,
+                            message: ([operation + " failed"] + messages).joined(separator: "; "), subject: "")
+    }
+}
+
+/// Receives problems from the C verify callback; used by one verification on one thread.
+private final class ProblemCollector {
+    private(set) var problems: [ChainProblem] = []
+
+    func add(_ problem: ChainProblem) {
+        if !problems.contains(problem) { problems.append(problem) }
+    }
+}

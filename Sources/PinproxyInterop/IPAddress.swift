@@ -1,0 +1,50 @@
+import Glibc
+import Foundation
+
+/// An IPv4 or IPv6 address in binary form, parsed and printed by the C library.
+public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
+    /// 4 bytes for IPv4, 16 for IPv6.
+    public let bytes: [UInt8]
+
+    /// Wraps 4 or 16 raw bytes.
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 4 || bytes.count == 16 else { return nil }
+        self.bytes = bytes
+    }
+
+    /// Parses a literal: dotted IPv4, or IPv6 with or without brackets (no zone index).
+    public init?(_ text: String) {
+        var literal = Substring(text)
+        if literal.hasPrefix("[") && literal.hasSuffix("]") {
+            literal = literal.dropFirst().dropLast()
+            guard literal.contains(":") else { return nil }
+        }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, String(literal), &v4) == 1 {
+            self.bytes = withUnsafeBytes(of: &v4) { Array($0) }
+            return
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, String(literal), &v6) == 1 {
+            self.bytes = withUnsafeBytes(of: &v6) { Array($0) }
+            return
+        }
+        return nil
+    }
+
+    /// True for IPv6.
+    public var isIPv6: Bool { bytes.count == 16 }
+
+    /// The canonical text form (RFC 5952 for IPv6), without brackets.
+    public var description: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let family = isIPv6 ? AF_INET6 : AF_INET
+        bytes.withUnsafeBytes { raw in
+            _ = inet_ntop(family, raw.baseAddress, &buffer, socklen_t(buffer.count))
+        }
+        return String(cString: buffer)
+    }
+
+    /// The form used in `host:port` text: IPv6 in brackets.
+    public var hostLiteral: String { isIPv6 ? "[\(description)]" : description }
+}

@@ -1,0 +1,71 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CPinproxyShims
+
+/// What a stapled OCSP response says about a certificate.
+public enum StapleStatus: Sendable, Equatable {
+    /// Signed by the issuer, current at the evaluation time, status good.
+    case good
+    /// Signed by the issuer, current, status revoked.
+    case revoked(since: Date?)
+    /// No usable answer: not parseable, not signed by the issuer, about another certificate,
+    /// out of date, or status unknown. The text says which.
+    case unusable(String)
+}
+
+/// Checks stapled OCSP responses against a verified leaf and its issuer.
+public enum OCSPStaple {
+    /// Clock skew tolerated on thisUpdate and nextUpdate.
+    static let skew: TimeInterval = 300
+
+    /// Checks `der` (an OCSPResponse) for `leaf`, issued by `issuer`, at `time`. Only responses
+    /// signed by the issuer itself are accepted (no delegated responders).
+    public static func check(_ der: [UInt8], leaf: Certificate, issuer: Certificate, at time: Date) -> StapleStatus {
+        defer { _ = drainErrorQueue() }
+        let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            var cursor = buffer.baseAddress
+            return d2i_OCSP_RESPONSE(nil, &cursor, buffer.count)
+        }
+        guard let response = parsed else { return .unusable("the staple is not an OCSP response") }
+        defer { OCSP_RESPONSE_free(response) }
+        guard OCSP_response_status(response) == OCSP_RESPONSE_STATUS_SUCCESSFUL else {
+            return .unusable("the OCSP responder answered with an error status")
+        }
+        guard let basic = OCSP_response_get1_basic(response) else { return .unusable("the staple has no basic response") }
+        defer { OCSP_BASICRESP_free(basic) }
+
+        // The issuer is the only signer accepted, and trusted as given: it was verified with the chain.
+        let signers = pp_sk_X509_new_null()
+        defer { pp_sk_X509_free(signers) }
+        _ = pp_sk_X509_push(signers, issuer.handle)
+        guard let store = X509_STORE_new() else { return .unusable("X509_STORE_new failed") }
+        defer { X509_STORE_free(store) }
+        guard OCSP_basic_verify(basic, signers, store, UInt(OCSP_TRUSTOTHER | OCSP_NOINTERN)) == 1 else {
+            return .unusable("the staple is not signed by the issuer")
+        }
+
+        guard let certificateID = OCSP_cert_to_id(nil, leaf.handle, issuer.handle) else {
+            return .unusable("OCSP_cert_to_id failed")
+        }
+        defer { OCSP_CERTID_free(certificateID) }
+        var status: Int32 = 0
+        var reason: Int32 = 0
+        var revokedAt: UnsafeMutablePointer<ASN1_GENERALIZEDTIME>?
+        var thisUpdate: UnsafeMutablePointer<ASN1_GENERALIZEDTIME>?
+        var nextUpdate: UnsafeMutablePointer<ASN1_GENERALIZEDTIME>?
+        guard OCSP_resp_find_status(basic, certificateID, &status, &reason, &revokedAt, &thisUpdate, &nextUpdate) == 1 else {
+            return .unusable("the staple does not answer for this certificate")
+        }
+        guard let produced = date(from: thisUpdate), produced <= time + skew else {
+            return .unusable("the staple is not yet valid")
+        }
+        guard let expiry = date(from: nextUpdate) else { return .unusable("the staple has no nextUpdate") }
+        guard time <= expiry + skew else { return .unusable("the staple is out of date (nextUpdate \(expiry))") }
+        switch status {
+        case V_OCSP_CERTSTATUS_GOOD: return .good
+        case V_OCSP_CERTSTATUS_REVOKED: return .revoked(since: date(from: revokedAt))
+        default: return .unusable("the responder does not know the certificate")
+        }
+    }
+}

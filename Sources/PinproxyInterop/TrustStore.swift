@@ -1,0 +1,47 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CPinproxyShims
+
+/// A set of trust anchors: owns one OpenSSL `X509_STORE`. Immutable once built, so
+/// verifications on any thread may share it.
+public final class TrustStore: @unchecked Sendable {
+    let handle: OpaquePointer
+    /// Whether certificates in the store end a path even when not self-signed.
+    public let acceptsPartialChains: Bool
+
+    private init(handle: OpaquePointer, acceptsPartialChains: Bool) {
+        self.handle = handle
+        self.acceptsPartialChains = acceptsPartialChains
+    }
+
+    deinit {
+        X509_STORE_free(handle)
+    }
+
+    /// The operating system's trust store (OpenSSL's default paths). Loading reads files:
+    /// call it at start-up or reload, never on the event loop.
+    public static func system() throws -> TrustStore {
+        guard let store = X509_STORE_new() else { throw OpenSSLError.drain("X509_STORE_new") }
+        guard X509_STORE_set_default_paths(store) == 1 else {
+            X509_STORE_free(store)
+            throw OpenSSLError.drain("loading the system trust store")
+        }
+        return TrustStore(handle: store, acceptsPartialChains: false)
+    }
+
+    /// A store whose only anchors are `anchors`; each of them ends a path, self-signed or not.
+    public init(anchors: [Certificate]) throws {
+        guard let store = X509_STORE_new() else { throw OpenSSLError.drain("X509_STORE_new") }
+        for anchor in anchors where X509_STORE_add_cert(store, anchor.handle) != 1 {
+            // A duplicate anchor is not an error; anything else is.
+            let messages = drainErrorQueue()
+            if !messages.allSatisfy({ $0.contains("cert already in hash table") }) {
+                X509_STORE_free(store)
+                throw OpenSSLError(operation: "adding an anchor", messages: messages)
+            }
+        }
+        self.handle = store
+        self.acceptsPartialChains = true
+    }
+}

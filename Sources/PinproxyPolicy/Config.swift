@@ -1,0 +1,70 @@
+import Foundation
+import PinproxyInterop
+
+/// A loaded, fully checked pinproxy configuration. Immutable: the daemon shares one snapshot
+/// read-only across its event loops and swaps it whole on reload.
+public struct Config: Sendable {
+    /// The file it was read from (`<embedded>` for the built-in default).
+    public let path: String
+    public let proxy: ProxySettings
+    /// `[resolve]`: names that bypass DNS.
+    public let resolve: [String: [IPAddress]]
+    public let policies: PolicyTable
+    /// Warnings found at load time (the config is usable).
+    public let warnings: [Diagnostic]
+}
+
+/// An address to listen on: an IP literal and a port.
+public struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
+    public let address: IPAddress
+    public let port: UInt16
+
+    /// Parses `127.0.0.1:3128` or `[::1]:3128`.
+    public init?(_ text: String) {
+        guard let colon = text.lastIndex(of: ":"),
+              let port = UInt16(text[text.index(after: colon)...]), port > 0 else { return nil }
+        let host = String(text[..<colon])
+        if host.contains(":") && !(host.hasPrefix("[") && host.hasSuffix("]")) { return nil }
+        guard let address = IPAddress(host) else { return nil }
+        self.address = address
+        self.port = port
+    }
+
+    public var description: String { "\(address.hostLiteral):\(port)" }
+}
+
+/// `[proxy]`: how the daemon listens, where it keeps its CA, its limits and timeouts.
+public struct ProxySettings: Sendable {
+    /// The log line format.
+    public enum LogFormat: String, Sendable, CaseIterable {
+        case logfmt, json
+    }
+
+    public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]
+    /// Where the local CA lives; nil means the platform default (see `LocalCA`).
+    public var caDirectory: String?
+    public var allowPorts: Set<UInt16> = [443]
+    public var blockPrivateDestinations = true
+    public var metricsListen: ListenAddress?
+    public var logFormat: LogFormat = .logfmt
+    /// Event loops (threads); nil means one per core.
+    public var workers: Int?
+    /// Whole CONNECT request, from accept to the end of its headers.
+    public var requestTimeout: TimeInterval = 10
+    /// DNS resolution of one destination.
+    public var dnsTimeout: TimeInterval = 10
+    /// TCP connect to one upstream address.
+    public var connectTimeout: TimeInterval = 10
+    /// Each TLS handshake (upstream, then with the client).
+    public var handshakeTimeout: TimeInterval = 10
+    /// A tunnel with no traffic either way for this long is closed.
+    public var idleTimeout: TimeInterval = 300
+    /// On SIGTERM, how long open tunnels may go on before they are cut.
+    public var drainTimeout: TimeInterval = 30
+    /// Open client connections at most; further ones are closed at accept.
+    public var maxConnections = 10_000
+    /// Bytes buffered per direction of a tunnel before reading pauses (backpressure).
+    public var relayBufferBytes = 256 * 1024
+
+    public init() {}
+}

@@ -1,0 +1,108 @@
+/// The built-in default config: the text of `config/pinproxy.toml` (a test keeps them equal).
+public enum DefaultConfig {
+    public static let text = #"""
+# pinproxy configuration: the reference for every key, and the built-in default
+# (`pinproxy run` without --config uses exactly this file's settings).
+#
+# Point clients at the proxy:   HTTPS_PROXY=http://127.0.0.1:3128
+# Check a config:               pinproxy check --config FILE
+# Compute pins:                 pinproxy pin cert.pem   |   pinproxy pin --connect HOST
+# Paths in this file are relative to the file's own directory.
+
+[proxy]
+# Addresses to accept CONNECT on (IP literal and port; IPv6 as "[::1]:3128").
+listen = ["127.0.0.1:3128"]
+
+# Where the local interception CA is created and kept (key 0600, directory 0700).
+# Unset: $STATE_DIRECTORY under systemd, else /var/lib/pinproxy for root,
+# else $XDG_STATE_HOME/pinproxy or ~/.local/state/pinproxy.
+# ca_dir = "/var/lib/pinproxy"
+
+# Destination ports a CONNECT may name (an entry's `ports` overrides this).
+allow_ports = [443]
+
+# Refuse destinations that resolve to loopback, RFC 1918, link-local, CGNAT,
+# unique-local, unspecified or multicast addresses (destination-denied).
+block_private_destinations = true
+
+# Prometheus /metrics and /healthz (off unless set).
+# metrics_listen = "127.0.0.1:9128"
+
+# "logfmt" or "json": one line per decision and per closed tunnel, on stderr.
+# log_format = "logfmt"
+
+# Event loops; default one per core.
+# workers = 2
+
+# Limits and timeouts (seconds). These are the defaults.
+# request_timeout = 10       # whole CONNECT request, from accept to the blank line
+# dns_timeout = 10           # resolving one destination
+# connect_timeout = 10       # TCP connect to one upstream address
+# handshake_timeout = 10     # each TLS handshake (upstream, then client)
+# idle_timeout = 300         # a tunnel with no traffic either way is closed
+# drain_timeout = 30         # on SIGTERM, how long open tunnels may finish
+# max_connections = 10000    # open client connections at most
+# relay_buffer_bytes = 262144  # per direction, before reading pauses
+
+# [resolve]
+# Names answered here instead of by DNS: one address or a list.
+# "api.internal.test" = "127.0.0.1"
+# "dual.internal.test" = ["127.0.0.1", "::1"]
+
+[default]
+# The policy for hosts that no [hosts."..."] entry matches. TargetHost entries do not
+# inherit from it: a key an entry leaves out takes the default shown below.
+action = "verify"
+trust = "system"
+
+# Policy keys, valid here and in every [hosts."PATTERN"] entry:
+#
+# action             "verify" (default) | "deny" (refuse always: host-denied)
+#                    | "allow-insecure" (no checks at all; warned by check, logged per connection)
+# trust              "system" (default, the OS trust store) | "pinned" (the pinned certificates
+#                    are the only anchors; a pinned leaf or intermediate may be the anchor)
+#                    | "none" (the chain is not verified; pins required, only the leaf may match)
+#                    | ["anchors/", "root.pem"] (files or directories; every listed certificate
+#                    is an anchor, self-signed or not)
+# validate_host      true (default): the CONNECT host must match the leaf's subjectAltName
+#                    (DNS, or IP for IP literals; no CN fallback). false requires pins.
+# pin                "none" (default) | "public-key" | "certificate"
+# pins               ["sha256/BASE64", ...]: public-key = SHA-256 of the DER SubjectPublicKeyInfo,
+#                    certificate = SHA-256 of the certificate DER. Keep a backup pin.
+# certificates       ["pinned/leaf.pem", "pinned/"]: pinned certificates (PEM or DER, bundles,
+#                    directories of .pem .crt .cer .der); with pin = "public-key" their keys are pinned.
+# enforce            true (default) | false: report-only, logged as "would refuse", allowed.
+# expires            2027-01-31: after this date pins are not enforced (chain and host still are);
+#                    only where trust is "system" or a list and validate_host = true.
+# include_subdomains false (default) | true: an exact-name entry also matches every subdomain.
+# ports              [443, 8443]: default proxy.allow_ports.
+# min_tls            "1.2" (default) | "1.3"
+# mode               "intercept" (default; "tunnel" is not implemented yet and rejected)
+# revocation         "off" (default) | "crl" (leaf checked against its issuer's CRL from `crls`)
+#                    | "ocsp-staple" (the server must staple a valid OCSP response)
+# crls               ["crl/issuer.crl"]: CRL files (PEM or DER), with revocation = "crl".
+#
+# TargetHost patterns: an exact name, "*.example.com" (exactly one more label), or an IP literal.
+# Precedence: exact > "*." > include_subdomains (longest suffix) > [default].
+
+# [hosts."api.example.com"]
+# pin = "public-key"
+# pins = [
+#   "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",  # current key
+#   "sha256/BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBA=",  # backup key
+# ]
+#
+# [hosts."internal.example.test"]
+# trust = "pinned"
+# pin = "certificate"
+# certificates = ["pinned/internal.pem"]
+#
+# [hosts."*.cdn.example.com"]
+# pin = "public-key"
+# pins = ["sha256/...", "sha256/..."]
+# enforce = false
+#
+# [hosts."tracker.example.com"]
+# action = "deny"
+"""#
+}

@@ -1,0 +1,168 @@
+import Foundation
+import PinproxyInterop
+
+/// The one trust decision of pinproxy. The daemon, `pinproxy evaluate` and the tests all call
+/// `evaluate`; it opens no sockets and reads no files.
+public enum TrustEvaluator {
+    /// What the server presented and when.
+    public struct Presentation: Sendable {
+        /// The chain as presented, leaf first.
+        public var chain: [Certificate]
+        /// The stapled OCSP response (DER), if the server sent one.
+        public var ocspStaple: [UInt8]?
+
+        public init(chain: [Certificate], ocspStaple: [UInt8]? = nil) {
+            self.chain = chain
+            self.ocspStaple = ocspStaple
+        }
+    }
+
+    /// Decides whether `entry` admits a connection to `host`:`port` given the server's
+    /// presentation at `time`. Checks, in order:
+    /// 1. `action = "deny"` → host-denied; a port outside `ports` → port-denied;
+    ///    `allow-insecure` → allow with no further check.
+    /// 2. The chain, built and verified by OpenSSL to the entry's anchors at `time` (purpose TLS
+    ///    server, partial chains for listed and pinned anchors, the entry's CRLs); skipped
+    ///    under `trust = "none"`.
+    /// 3. A required OCSP staple.
+    /// 4. The host against the leaf's subjectAltName (DNS, or IP for IP literals).
+    /// 5. The pins against the verified chain, any position (only the leaf under `trust = "none"`),
+    ///    unless `expires` has passed.
+    /// Every failure is kept; the verdict names the most important. With `enforce = false` a
+    /// refusal becomes report-only, never a silent allow.
+    public static func evaluate(
+        _ presentation: Presentation,
+        host: TargetHost,
+        port: UInt16,
+        entry: PolicyEntry,
+        at time: Date
+    ) -> Verdict {
+        let policy = entry.policy
+        var failures: [Verdict.Failure] = []
+        var notes: [String] = []
+        var verified: [Certificate] = []
+        var pinCheck = Verdict.PinCheck.notReached
+
+        func finish() -> Verdict {
+            failures.sort { $0.reason < $1.reason }
+            let outcome: Verdict.Outcome
+            if let first = failures.first {
+                outcome = policy.enforce || !first.reason.isPolicyDecision ? .refuse(first.reason) : .reportOnly(first.reason)
+            } else {
+                outcome = .allow
+            }
+            return Verdict(outcome: outcome, entry: entry, failures: failures, presented: presentation.chain,
+                           verified: verified, pinCheck: pinCheck, notes: notes)
+        }
+
+        if policy.action == .deny {
+            failures.append(.init(.hostDenied, "\(entry.name) has action = \"deny\""))
+            return finish()
+        }
+        if !policy.ports.contains(port) {
+            let allowed = policy.ports.sorted().map(String.init).joined(separator: ", ")
+            failures.append(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
+            return finish()
+        }
+        if policy.action == .allowInsecure {
+            notes.append("\(entry.name) has action = \"allow-insecure\": no certificate check was made")
+            return finish()
+        }
+        guard let leaf = presentation.chain.first else {
+            failures.append(.init(.untrustedChain, "the server presented no certificate"))
+            return finish()
+        }
+
+        // 2. The chain.
+        if let store = policy.trust.store {
+            let crls: [RevocationList]? = if case .crl(let lists) = policy.revocation { lists } else { nil }
+            let verification = store.verify(leaf: leaf, intermediates: Array(presentation.chain.dropFirst()),
+                                            at: time, crls: crls)
+            verified = verification.chain
+            for problem in verification.problems {
+                failures.append(.init(reason(for: problem.kind), problem.description))
+            }
+        } else {
+            verified = [leaf]
+            notes.append("trust = \"none\": the chain was not verified; only the leaf may match a pin")
+        }
+
+        // 3. OCSP staple.
+        if case .ocspStaple = policy.revocation {
+            if let failure = checkStaple(presentation.ocspStaple, verified: verified, at: time) {
+                failures.append(failure)
+            }
+        }
+
+        // 4. The host.
+        if policy.validateHost {
+            let matches: Bool
+            switch host {
+            case .name(let name): matches = leaf.matchesHostName(name)
+            case .ip(let address): matches = leaf.matchesIPAddress(address)
+            }
+            if !matches {
+                let names = leaf.subjectAlternativeNames
+                failures.append(.init(.hostnameMismatch, "\(host) is not among the leaf's subjectAltNames (\(names.isEmpty ? "none" : names.joined(separator: ", ")))"))
+            }
+        }
+
+        // 5. The pins.
+        pinCheck = checkPins(policy, candidates: verified, at: time)
+        switch pinCheck {
+        case .noMatch:
+            let scope = policy.trust.store == nil ? "the leaf" : "the verified chain"
+            failures.append(.init(.pinMismatch, "none of the \(policy.pins.count) \(policy.pinKind.rawValue) pin(s) matches \(scope)"))
+        case .expired(let date):
+            notes.append("pins expired on \(date) and were not enforced")
+        default:
+            break
+        }
+        return finish()
+    }
+
+    static func reason(for kind: ChainProblem.Kind) -> RefusalReason {
+        switch kind {
+        case .expired: return .certificateExpired
+        case .notYetValid: return .certificateNotYetValid
+        case .revoked: return .revoked
+        case .revocationUnknown: return .revocationUnknown
+        case .untrusted: return .untrustedChain
+        }
+    }
+
+    static func checkStaple(_ staple: [UInt8]?, verified: [Certificate], at time: Date) -> Verdict.Failure? {
+        guard let staple else {
+            return .init(.revocationUnknown, "the policy requires an OCSP staple and the server sent none")
+        }
+        guard verified.count >= 2 else {
+            return .init(.revocationUnknown, "the OCSP staple cannot be checked: the verified chain has no issuer for the leaf")
+        }
+        switch OCSPStaple.check(staple, leaf: verified[0], issuer: verified[1], at: time) {
+        case .good: return nil
+        case .revoked(let since):
+            return .init(.revoked, "the OCSP staple says the leaf was revoked" + (since.map { " on \(rfc3339($0))" } ?? ""))
+        case .unusable(let why):
+            return .init(.revocationUnknown, why)
+        }
+    }
+
+    static func checkPins(_ policy: HostPolicy, candidates: [Certificate], at time: Date) -> Verdict.PinCheck {
+        guard policy.pinKind != .none else { return .notPinned }
+        if let expiry = policy.pinsExpireAt, time >= expiry { return .expired(policy.expires ?? rfc3339(expiry)) }
+        let accepted = Set(policy.pins)
+        for (position, certificate) in candidates.enumerated() {
+            let digest = policy.pinKind == .publicKey ? certificate.publicKeySHA256 : certificate.certificateSHA256
+            let pin = Pin(digest: digest)
+            if accepted.contains(pin) { return .matched(pin, position: position) }
+        }
+        return .noMatch
+    }
+}
+
+/// `2026-01-31T12:00:00Z`.
+public func rfc3339(_ date: Date) -> String {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime]
+    return formatter.string(from: date)
+}

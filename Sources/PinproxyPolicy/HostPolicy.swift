@@ -1,0 +1,128 @@
+import Foundation
+import PinproxyInterop
+
+/// The policy one `[default]` or `[hosts."PATTERN"]` entry applies, fully loaded: pins
+/// parsed, pinned certificates, anchors and CRLs read.
+public struct HostPolicy: Sendable {
+    /// What to do with a connection.
+    public enum Action: String, Sendable, CaseIterable {
+        case verify
+        case deny
+        case allowInsecure = "allow-insecure"
+    }
+
+    /// The anchors a chain must verify to.
+    public enum Trust: Sendable {
+        /// The operating system's store.
+        case system(TrustStore)
+        /// The pinned certificates are the only anchors.
+        case pinned(TrustStore)
+        /// Listed certificate files; every listed certificate is an anchor.
+        case anchors(TrustStore, [Certificate])
+        /// The chain is not verified: pins alone protect the entry.
+        case none
+
+        var store: TrustStore? {
+            switch self {
+            case .system(let store), .pinned(let store), .anchors(let store, _): return store
+            case .none: return nil
+            }
+        }
+
+        /// The config word for this trust.
+        public var name: String {
+            switch self {
+            case .system: return "system"
+            case .pinned: return "pinned"
+            case .anchors(_, let certificates): return "\(certificates.count) listed anchor(s)"
+            case .none: return "none"
+            }
+        }
+    }
+
+    /// What a pin hashes.
+    public enum PinKind: String, Sendable, CaseIterable {
+        case none
+        case publicKey = "public-key"
+        case certificate
+    }
+
+    /// Where revocation status comes from.
+    public enum Revocation: Sendable {
+        case off
+        case crl([RevocationList])
+        case ocspStaple
+
+        /// The config word.
+        public var name: String {
+            switch self {
+            case .off: return "off"
+            case .crl: return "crl"
+            case .ocspStaple: return "ocsp-staple"
+            }
+        }
+    }
+
+    /// The lowest TLS version accepted upstream.
+    public enum TLSVersion: String, Sendable, CaseIterable {
+        case v1_2 = "1.2"
+        case v1_3 = "1.3"
+    }
+
+    public var action: Action = .verify
+    public var trust: Trust
+    public var validateHost = true
+    public var pinKind: PinKind = .none
+    /// Every accepted digest: the `pins` plus the digests of the pinned `certificates`.
+    public var pins: [Pin] = []
+    /// The pinned certificates as loaded from `certificates`.
+    public var pinnedCertificates: [Certificate] = []
+    public var enforce = true
+    /// The `expires` date as written (YYYY-MM-DD), if any.
+    public var expires: String?
+    /// The first instant at which pins are no longer enforced: midnight UTC after `expires`.
+    public var pinsExpireAt: Date?
+    public var includeSubdomains = false
+    public var ports: Set<UInt16>
+    public var minTLS: TLSVersion = .v1_2
+    public var revocation: Revocation = .off
+
+    /// A policy with every default and the given trust and ports.
+    public init(trust: Trust, ports: Set<UInt16>) {
+        self.trust = trust
+        self.ports = ports
+    }
+
+    /// A string that changes whenever anything this policy decides with changes; the proxy keys
+    /// its upstream TLS session cache with it.
+    public var fingerprint: String {
+        var parts: [String] = [action.rawValue, trust.name, "\(validateHost)", pinKind.rawValue,
+                               pins.map(\.description).sorted().joined(separator: ","), "\(enforce)",
+                               expires ?? "-", ports.sorted().map(String.init).joined(separator: ","),
+                               minTLS.rawValue, revocation.name]
+        switch trust {
+        case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
+        case .anchors(_, let certificates): parts.append(certificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
+        case .system, .none: break
+        }
+        return Pin(digest: SHA256.hash(Array(parts.joined(separator: "|").utf8))).description
+    }
+}
+
+/// One entry of the policy table, with where it was written.
+public struct PolicyEntry: Sendable {
+    /// nil for `[default]`.
+    public let pattern: HostPattern?
+    /// The table name as written in the config: `default` or `hosts."api.example.com"`.
+    public let name: String
+    /// The line of the entry's table header (0 when the config did not write it).
+    public let line: Int
+    public let policy: HostPolicy
+
+    public init(pattern: HostPattern?, name: String, line: Int, policy: HostPolicy) {
+        self.pattern = pattern
+        self.name = name
+        self.line = line
+        self.policy = policy
+    }
+}

@@ -1,0 +1,42 @@
+/// Why pinproxy refuses a connection: the tokens clients see in `Pinproxy-Refusal` and
+/// operators see in the log. The verdict function decides the certificate and policy
+/// reasons; the proxy decides the request, destination and upstream ones.
+public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
+    // Decided by the verdict, in priority order for chain, host and pin checks.
+    case hostDenied = "host-denied"
+    case portDenied = "port-denied"
+    case untrustedChain = "untrusted-chain"
+    case certificateExpired = "certificate-expired"
+    case certificateNotYetValid = "certificate-not-yet-valid"
+    case revoked = "revoked"
+    case revocationUnknown = "revocation-unknown"
+    case hostnameMismatch = "hostname-mismatch"
+    case pinMismatch = "pin-mismatch"
+    // Decided during the upstream handshake.
+    case tlsVersion = "tls-version"
+    // Decided by the proxy before or around the upstream connection.
+    case destinationDenied = "destination-denied"
+    case cleartextDenied = "cleartext-denied"
+    case badRequest = "bad-request"
+    case dnsFailure = "dns-failure"
+    case upstreamUnreachable = "upstream-unreachable"
+    case handshakeFailed = "handshake-failed"
+    case upstreamTimeout = "upstream-timeout"
+
+    /// Whether `enforce = false` turns this refusal into report-only: the reasons an entry
+    /// decides (host, port, certificate), never request, destination, upstream or TLS version.
+    public var isPolicyDecision: Bool {
+        switch self {
+        case .hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
+             .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch:
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// Declaration order is priority order: the first failing check names the verdict.
+    public static func < (lhs: RefusalReason, rhs: RefusalReason) -> Bool {
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}

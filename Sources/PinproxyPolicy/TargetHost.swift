@@ -1,0 +1,84 @@
+import PinproxyInterop
+
+/// A destination host as a client names it: a DNS name (lower-case LDH, no trailing dot)
+/// or an IP literal.
+public enum TargetHost: Hashable, Sendable, CustomStringConvertible {
+    case name(String)
+    case ip(IPAddress)
+
+    /// Parses and normalises a host: lower-cases, drops one trailing dot, accepts IPv6 with or
+    /// without brackets, and rejects anything that is not LDH ASCII or an IP literal.
+    public init?(_ text: String) {
+        if let address = IPAddress(text) {
+            self = .ip(address)
+            return
+        }
+        guard let name = TargetHost.normaliseName(text) else { return nil }
+        self = .name(name)
+    }
+
+    /// The host as it appears in logs and in `host:port`: IPv6 in brackets.
+    public var description: String {
+        switch self {
+        case .name(let name): return name
+        case .ip(let address): return address.hostLiteral
+        }
+    }
+
+    /// The name to send as SNI; IP literals have none.
+    public var serverName: String? {
+        if case .name(let name) = self { return name }
+        return nil
+    }
+
+    /// Lower-cases and validates a DNS name: labels of 1–63 letters, digits and inner hyphens,
+    /// at most 253 characters, not all-numeric in its last label (that would be a bad IP).
+    static func normaliseName(_ text: String) -> String? {
+        var name = text.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        guard !name.isEmpty, name.utf8.count <= 253 else { return nil }
+        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
+        for label in labels {
+            guard isLDHLabel(label) else { return nil }
+        }
+        if labels.last!.allSatisfy({ $0.isASCII && $0.isNumber }) { return nil }
+        return name
+    }
+
+    static func isLDHLabel(_ label: Substring) -> Bool {
+        guard (1...63).contains(label.utf8.count), label.first != "-", label.last != "-" else { return false }
+        return label.utf8.allSatisfy { byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39) || byte == 0x2D
+        }
+    }
+}
+
+/// A `[hosts."PATTERN"]` key: an exact name, `*.` plus a name (exactly one more label),
+/// or an IP literal.
+public enum HostPattern: Hashable, Sendable, CustomStringConvertible {
+    case exact(String)
+    case wildcard(parent: String)
+    case ip(IPAddress)
+
+    /// Parses and normalises a pattern like a host name; nil when it is not valid.
+    public init?(_ text: String) {
+        if text.hasPrefix("*.") {
+            guard let parent = TargetHost.normaliseName(String(text.dropFirst(2))) else { return nil }
+            self = .wildcard(parent: parent)
+            return
+        }
+        switch TargetHost(text) {
+        case .name(let name): self = .exact(name)
+        case .ip(let address): self = .ip(address)
+        case nil: return nil
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .exact(let name): return name
+        case .wildcard(let parent): return "*." + parent
+        case .ip(let address): return address.description
+        }
+    }
+}

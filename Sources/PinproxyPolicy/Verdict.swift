@@ -1,0 +1,75 @@
+import Foundation
+import PinproxyInterop
+
+/// The outcome of evaluating one connection against its policy entry, with everything an
+/// operator needs to see why.
+public struct Verdict: Sendable {
+    /// Allow, refuse, or allow while reporting the refusal that `enforce = false` suppressed.
+    public enum Outcome: Sendable, Equatable {
+        case allow
+        case refuse(RefusalReason)
+        case reportOnly(RefusalReason)
+    }
+
+    /// One failed check.
+    public struct Failure: Sendable, Equatable, CustomStringConvertible {
+        public let reason: RefusalReason
+        public let detail: String
+
+        public init(_ reason: RefusalReason, _ detail: String) {
+            self.reason = reason
+            self.detail = detail
+        }
+
+        public var description: String { "\(reason.rawValue): \(detail)" }
+    }
+
+    /// What the pin check found.
+    public enum PinCheck: Sendable, Equatable {
+        /// The entry pins nothing.
+        case notPinned
+        /// The entry's `expires` date has passed: pins are not enforced.
+        case expired(String)
+        /// `pin` matched the certificate at `position` of the verified chain (0 = leaf).
+        case matched(Pin, position: Int)
+        /// No certificate the pins may match carries a pinned digest.
+        case noMatch
+        /// The checks before it ended the evaluation.
+        case notReached
+    }
+
+    public let outcome: Outcome
+    public let entry: PolicyEntry
+    /// Every failure found, most important first.
+    public let failures: [Failure]
+    /// The chain as the server presented it, leaf first.
+    public let presented: [Certificate]
+    /// The chain OpenSSL built and verified, leaf first (only the leaf under `trust = "none"`).
+    public let verified: [Certificate]
+    public let pinCheck: PinCheck
+    /// Facts worth logging that are not failures (allow-insecure, expired pins).
+    public let notes: [String]
+
+    /// The reason the connection is (or would be) refused, if any.
+    public var reason: RefusalReason? {
+        switch outcome {
+        case .allow: return nil
+        case .refuse(let reason), .reportOnly(let reason): return reason
+        }
+    }
+
+    /// `allow`, `refuse: <reason>` or `allow (would refuse: <reason>)`.
+    public var summary: String {
+        switch outcome {
+        case .allow: return "allow"
+        case .refuse(let reason): return "refuse: \(reason.rawValue)"
+        case .reportOnly(let reason): return "allow (would refuse: \(reason.rawValue))"
+        }
+    }
+
+    /// Whether the connection may proceed.
+    public var allowsConnection: Bool {
+        if case .refuse = outcome { return false }
+        return true
+    }
+}

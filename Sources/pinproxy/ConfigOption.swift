@@ -1,0 +1,14 @@
+import ArgumentParser
+import PinproxyPolicy
+
+/// `--config FILE`, shared by the commands that read a config.
+struct ConfigOption: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The TOML config file; without it, the built-in default (config/pinproxy.toml).", valueName: "FILE"))
+    var config: String?
+
+    /// Loads and checks the config, or the embedded default.
+    func load() throws(ConfigError) -> Config {
+        if let config { return try ConfigLoader.load(path: config) }
+        return try ConfigLoader.loadEmbedded()
+    }
+}

@@ -1,0 +1,127 @@
+import ArgumentParser
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+
+/// `pinproxy evaluate`: the daemon's verdict on a chain from a file, offline.
+struct EvaluateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "evaluate",
+        abstract: "Evaluate a certificate chain against the policy for a host, offline.",
+        discussion: "The first line is `allow`, `refuse: <reason>` or `allow (would refuse: <reason>)`. Exit 0 allow, 1 refuse, 2 usage or config error."
+    )
+
+    @Option(name: .long, help: ArgumentHelp("The TOML config file.", valueName: "FILE"))
+    var config: String
+
+    @Option(name: .long, help: "The host as a client would CONNECT to it (IPv6 with or without brackets).")
+    var host: String
+
+    @Option(name: .long, help: "The destination port.")
+    var port: Int = 443
+
+    @Option(name: .long, help: ArgumentHelp("The chain as the server presents it, leaf first (PEM bundle or DER).", valueName: "FILE"))
+    var chain: String
+
+    @Option(name: .long, help: ArgumentHelp("Evaluate at this time instead of now.", valueName: "RFC3339"))
+    var at: String?
+
+    @Option(name: .long, help: ArgumentHelp("A DER OCSP response standing in for the server's staple.", valueName: "FILE"))
+    var staple: String?
+
+    func run() throws {
+        guard let target = TargetHost(host) else { throw ValidationError("--host \"\(host)\" is not a host name or IP literal") }
+        guard (1...65_535).contains(port) else { throw ValidationError("--port must be between 1 and 65535") }
+        let time: Date
+        if let at {
+            guard let parsed = Self.parseRFC3339(at) else { throw ValidationError("--at \"\(at)\" is not an RFC 3339 time such as 2026-06-01T00:00:00Z") }
+            time = parsed
+        } else {
+            time = Date()
+        }
+        let loaded: Config
+        do {
+            loaded = try ConfigLoader.load(path: config, now: time)
+        } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
+        }
+        let certificates = try Self.readCertificates(chain)
+        var stapleBytes: [UInt8]?
+        if let staple {
+            guard let data = FileManager.default.contents(atPath: staple) else {
+                throw ValidationError("--staple \(staple): cannot read the file")
+            }
+            stapleBytes = Array(data)
+        }
+
+        let entry = loaded.policies.lookup(target)
+        let verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
+                                              host: target, port: UInt16(port), entry: entry, at: time)
+        print(verdict.summary)
+        print(VerdictReport(verdict: verdict, host: target, port: UInt16(port), time: time).text)
+        if !verdict.allowsConnection { throw ExitCode(1) }
+    }
+
+    static func readCertificates(_ path: String) throws -> [Certificate] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ValidationError("--chain \(path): cannot read the file")
+        }
+        do {
+            return try Certificate.parseAll(Array(data))
+        } catch {
+            throw ValidationError("--chain \(path): no PEM or DER certificate")
+        }
+    }
+
+    static func parseRFC3339(_ text: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        if let date = formatter.date(from: text) { return date }
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.date(from: text)
+    }
+}
+
+/// The detail `evaluate` prints under the verdict line.
+struct VerdictReport {
+    let verdict: Verdict
+    let host: TargetHost
+    let port: UInt16
+    let time: Date
+
+    var text: String {
+        var lines: [String] = []
+        let entry = verdict.entry
+        lines.append("entry: \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : " (built-in default)"))
+        lines.append("host: \(host)  port: \(port)  at: \(rfc3339(time))")
+        lines.append("presented chain:")
+        for (index, certificate) in verdict.presented.enumerated() {
+            lines.append("  [\(index)] \(certificate.subject)")
+            lines.append("      issuer: \(certificate.issuer)")
+            lines.append("      not before: \(rfc3339(certificate.notBefore))  not after: \(rfc3339(certificate.notAfter))")
+            lines.append("      public-key: \(Pin(digest: certificate.publicKeySHA256))")
+            lines.append("      certificate: \(Pin(digest: certificate.certificateSHA256))")
+        }
+        if !verdict.verified.isEmpty {
+            lines.append("verified chain: " + verdict.verified.enumerated().map { "[\($0.offset)] \($0.element.subject)" }.joined(separator: " <- "))
+        }
+        switch verdict.pinCheck {
+        case .notPinned: lines.append("pins: the entry pins nothing")
+        case .expired(let date): lines.append("pins: not enforced, they expired after \(date)")
+        case .matched(let pin, let position):
+            lines.append("pins: \(pin) matched certificate [\(position)] \(verdict.verified[position].subject)")
+        case .noMatch:
+            lines.append("pins: none of \(verdict.entry.policy.pins.count) matched: " + verdict.entry.policy.pins.map(\.description).joined(separator: ", "))
+        case .notReached: lines.append("pins: not checked")
+        }
+        if verdict.failures.isEmpty {
+            lines.append("failures: none")
+        } else {
+            lines.append("failures:")
+            lines += verdict.failures.map { "  \($0)" }
+        }
+        lines += verdict.notes.map { "note: \($0)" }
+        return lines.joined(separator: "\n")
+    }
+}

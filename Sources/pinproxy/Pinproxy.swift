@@ -1,0 +1,34 @@
+import ArgumentParser
+import Foundation
+
+/// The `pinproxy` command: the daemon and the tools an operator uses to write and test a policy.
+@main
+struct Pinproxy: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pinproxy",
+        abstract: "A local proxy that enforces TLS certificate and public-key pinning for any HTTP client.",
+        subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, EvaluateCommand.self, CACommand.self]
+    )
+
+    /// Runs the command; usage errors exit 2, as every pinproxy command documents.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch let exit as ExitCode {
+            Foundation.exit(exit.rawValue)
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success {
+                exit(withError: error)
+            }
+            FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+            Foundation.exit(code == .validationFailure ? 2 : code.rawValue)
+        }
+    }
+}
+
+/// Writes a line to standard error.
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}

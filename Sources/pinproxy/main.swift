@@ -1,2 +1,0 @@
-import PinproxyInterop
-print(interopProbe())
