@@ -36,3 +36,32 @@ unsigned long pp_name_print_flags(void) { return XN_FLAG_RFC2253 & ~ASN1_STRFLGS
 void pp_OPENSSL_free(void *pointer) { OPENSSL_free(pointer); }
 
 EVP_PKEY *pp_EVP_EC_gen_p256(void) { return EVP_EC_gen("P-256"); }
+
+int pp_ERR_GET_REASON(unsigned long error) { return ERR_GET_REASON(error); }
+
+int pp_is_protocol_version_error(unsigned long error) {
+    switch (ERR_GET_REASON(error)) {
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+    case SSL_R_NO_PROTOCOLS_AVAILABLE:
+    case SSL_R_WRONG_SSL_VERSION:
+    case SSL_R_VERSION_TOO_LOW:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int pp_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                          const unsigned char *in, unsigned int inlen, void *arg) {
+    (void)ssl; (void)arg;
+    static const unsigned char http11[] = { 8, 'h', 't', 't', 'p', '/', '1', '.', '1' };
+    unsigned char *selected = NULL;
+    if (SSL_select_next_proto(&selected, outlen, http11, sizeof(http11), in, inlen) == OPENSSL_NPN_NEGOTIATED) {
+        *out = selected;
+        return SSL_TLSEXT_ERR_OK;
+    }
+    return SSL_TLSEXT_ERR_NOACK;
+}
+
+void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, pp_alpn_select, NULL); }

@@ -55,18 +55,15 @@ public enum TrustEvaluator {
                            verified: verified, pinCheck: pinCheck, notes: notes)
         }
 
-        if policy.action == .deny {
-            failures.append(.init(.hostDenied, "\(entry.name) has action = \"deny\""))
+        switch requestCheck(port: port, entry: entry) {
+        case .failure(let failure):
+            failures.append(failure)
             return finish()
-        }
-        if !policy.ports.contains(port) {
-            let allowed = policy.ports.sorted().map(String.init).joined(separator: ", ")
-            failures.append(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
+        case .insecure(let note):
+            notes.append(note)
             return finish()
-        }
-        if policy.action == .allowInsecure {
-            notes.append("\(entry.name) has action = \"allow-insecure\": no certificate check was made")
-            return finish()
+        case .proceed:
+            break
         }
         guard let leaf = presentation.chain.first else {
             failures.append(.init(.untrustedChain, "the server presented no certificate"))
@@ -119,6 +116,36 @@ public enum TrustEvaluator {
             break
         }
         return finish()
+    }
+
+    /// The part of the decision that needs no connection: host-denied and port-denied (and
+    /// their report-only forms). The proxy calls it before resolving; nil means go on.
+    public static func evaluateRequest(port: UInt16, entry: PolicyEntry) -> Verdict? {
+        guard case .failure(let failure) = requestCheck(port: port, entry: entry) else { return nil }
+        let outcome: Verdict.Outcome = entry.policy.enforce ? .refuse(failure.reason) : .reportOnly(failure.reason)
+        return Verdict(outcome: outcome, entry: entry, failures: [failure], presented: [], verified: [],
+                       pinCheck: .notReached, notes: [])
+    }
+
+    private enum RequestCheck {
+        case failure(Verdict.Failure)
+        case insecure(String)
+        case proceed
+    }
+
+    private static func requestCheck(port: UInt16, entry: PolicyEntry) -> RequestCheck {
+        let policy = entry.policy
+        if policy.action == .deny {
+            return .failure(.init(.hostDenied, "\(entry.name) has action = \"deny\""))
+        }
+        if !policy.ports.contains(port) {
+            let allowed = policy.ports.sorted().map(String.init).joined(separator: ", ")
+            return .failure(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
+        }
+        if policy.action == .allowInsecure {
+            return .insecure("\(entry.name) has action = \"allow-insecure\": no certificate check was made")
+        }
+        return .proceed
     }
 
     static func reason(for kind: ChainProblem.Kind) -> RefusalReason {

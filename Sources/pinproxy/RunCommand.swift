@@ -1,15 +1,33 @@
 import ArgumentParser
+import Foundation
+import PinproxyPolicy
+import PinproxyProxy
 
 /// `pinproxy run`: the daemon.
 struct RunCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "run", abstract: "Run the proxy daemon.")
-    @OptionGroup var options: ConfigOption
-    func run() throws { throw ValidationError("not built yet") }
-}
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run the proxy daemon (SIGHUP reloads the config, SIGTERM drains and stops)."
+    )
 
-/// `pinproxy ca`: the local CA.
-struct CACommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "ca", abstract: "Print the local CA certificate's path and PEM.")
     @OptionGroup var options: ConfigOption
-    func run() throws { throw ValidationError("not built yet") }
+
+    func run() throws {
+        let config: Config
+        do {
+            config = try options.load()
+        } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            printError("pinproxy: the config is rejected; not starting")
+            throw ExitCode(1)
+        }
+        let daemon: Daemon
+        do {
+            daemon = try Daemon(configPath: options.config, config: config)
+        } catch {
+            printError("pinproxy: cannot start: \(error)")
+            throw ExitCode(1)
+        }
+        throw ExitCode(daemon.run())
+    }
 }

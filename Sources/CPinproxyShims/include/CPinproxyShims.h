@@ -5,6 +5,7 @@
 #define CPINPROXY_SHIMS_H
 
 #include <openssl/ssl.h>
+#include <openssl/err.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <openssl/ocsp.h>
@@ -53,5 +54,14 @@ void pp_OPENSSL_free(void *pointer);
 
 // EVP_EC_gen is a macro over a variadic function.
 EVP_PKEY *pp_EVP_EC_gen_p256(void);
+
+// ERR_GET_REASON is an inline function over a macro mask.
+int pp_ERR_GET_REASON(unsigned long error);
+
+// The TLS version of a failing handshake classifies as "tls-version" for these reasons.
+int pp_is_protocol_version_error(unsigned long error);
+
+// SSL_CTX_set_tlsext_servername_callback is a macro; the ALPN selector picks http/1.1.
+void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx);
 
 #endif

@@ -1,0 +1,138 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CLibevent
+import CPinproxyShims
+
+/// One libevent `event_base`, run by one thread. Objects created on a loop (timers, buffer
+/// events, listeners, DNS) must be used on that loop's thread only; `post` is the one
+/// method other threads may call.
+public final class EventLoop: @unchecked Sendable {
+    let base: OpaquePointer
+    private var wakeup: OpaquePointer!
+    private let pendingLock = NSLock()
+    private var pending: [() -> Void] = []
+    /// The DNS resolver of this loop, created on first use (reads resolv.conf and /etc/hosts
+    /// once, then resolves without blocking).
+    public private(set) lazy var dns = DNSResolver(loop: self)
+
+    private static let threadingEnabled: Bool = {
+        evthread_use_pthreads() == 0
+    }()
+
+    public init() {
+        precondition(EventLoop.threadingEnabled, "evthread_use_pthreads failed")
+        guard let base = event_base_new() else { fatalError("event_base_new failed") }
+        self.base = base
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        wakeup = event_new(base, -1, Int16(EV_PERSIST), { _, _, context in
+            Unmanaged<EventLoop>.fromOpaque(context!).takeUnretainedValue().runPending()
+        }, context)
+        event_add(wakeup, nil)
+    }
+
+    deinit {
+        event_free(wakeup)
+        if let dnsBase = _dnsBaseIfCreated { evdns_base_free(dnsBase, 0) }
+        event_base_free(base)
+    }
+
+    /// Set by DNSResolver so that the loop frees it before the base.
+    var _dnsBaseIfCreated: OpaquePointer?
+
+    /// Runs the loop on the calling thread until `stop` is called.
+    public func run() {
+        event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY)
+    }
+
+    /// Ends `run` after the current callbacks; safe from any thread.
+    public func stop() {
+        event_base_loopbreak(base)
+    }
+
+    /// Runs `work` on this loop's thread; safe from any thread.
+    public func post(_ work: @escaping @Sendable () -> Void) {
+        pendingLock.lock()
+        pending.append(work)
+        pendingLock.unlock()
+        event_active(wakeup, EV_READ, 0)
+    }
+
+    private func runPending() {
+        pendingLock.lock()
+        let work = pending
+        pending.removeAll()
+        pendingLock.unlock()
+        for item in work { item() }
+    }
+
+    /// The loop's cached notion of now (monotonic seconds), cheap to read in callbacks.
+    public var now: TimeInterval {
+        var tv = timeval()
+        event_base_gettimeofday_cached(base, &tv)
+        return TimeInterval(tv.tv_sec) + TimeInterval(tv.tv_usec) / 1_000_000
+    }
+}
+
+/// A one-shot or repeating timer on a loop; cancelled when released or by `cancel`.
+public final class Timer {
+    private var event: OpaquePointer?
+    private let action: () -> Void
+    private let repeats: Bool
+
+    /// Fires `action` on `loop` after `interval` seconds (every `interval` when `repeats`).
+    public init(loop: EventLoop, after interval: TimeInterval, repeats: Bool = false, _ action: @escaping () -> Void) {
+        self.action = action
+        self.repeats = repeats
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        event = event_new(loop.base, -1, repeats ? Int16(EV_PERSIST) : 0, { _, _, context in
+            let timer = Unmanaged<Timer>.fromOpaque(context!).takeUnretainedValue()
+            timer.action()
+        }, context)
+        var tv = timeval(interval)
+        event_add(event, &tv)
+    }
+
+    /// Stops the timer; it will not fire again.
+    public func cancel() {
+        if let event {
+            event_free(event)
+            self.event = nil
+        }
+    }
+
+    deinit {
+        cancel()
+    }
+}
+
+/// Calls a closure on a loop when the process receives a signal.
+public final class SignalWatcher {
+    private var event: OpaquePointer?
+    private let action: () -> Void
+
+    public init(loop: EventLoop, signal number: Int32, _ action: @escaping () -> Void) {
+        self.action = action
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        event = event_new(loop.base, number, Int16(EV_SIGNAL | EV_PERSIST), { _, _, context in
+            Unmanaged<SignalWatcher>.fromOpaque(context!).takeUnretainedValue().action()
+        }, context)
+        event_add(event, nil)
+    }
+
+    deinit {
+        if let event { event_free(event) }
+    }
+}
+
+extension timeval {
+    init(_ interval: TimeInterval) {
+        let whole = max(0, interval.rounded(.down))
+        self.init(tv_sec: Int(whole), tv_usec: Int((max(0, interval) - whole) * 1_000_000))
+    }
+}
+
+/// Makes writes to a closed socket fail with EPIPE instead of killing the process.
+public func ignoreBrokenPipe() {
+    signal(SIGPIPE, SIG_IGN)
+}

@@ -1,0 +1,77 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CLibevent
+
+/// A listening TCP socket on a loop (libevent evconnlistener). Accepted sockets arrive
+/// non-blocking and close-on-exec.
+public final class Listener {
+    private var handle: OpaquePointer?
+    private let onAccept: (Int32, SocketAddress?) -> Void
+
+    /// Binds `address` with SO_REUSEADDR and SO_REUSEPORT, so that every loop can have its own
+    /// listener on the same address and the kernel spreads connections across them.
+    public init(loop: EventLoop, address: SocketAddress, onAccept: @escaping (Int32, SocketAddress?) -> Void) throws {
+        self.onAccept = onAccept
+        let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_EXEC)
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        handle = address.withSockaddr { sockaddr, length in
+            evconnlistener_new_bind(loop.base, Listener.callback, context, flags, 1024, sockaddr, Int32(length))
+        }
+        guard handle != nil else {
+            throw ListenerError(message: "cannot listen on \(address): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Accepts on an already listening socket (socket activation); the listener owns `socket`.
+    public init(loop: EventLoop, listeningSocket socket: Int32, onAccept: @escaping (Int32, SocketAddress?) -> Void) throws {
+        self.onAccept = onAccept
+        let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC)
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        handle = evconnlistener_new(loop.base, Listener.callback, context, flags, 0, socket)
+        guard handle != nil else {
+            throw ListenerError(message: "cannot accept on inherited socket \(socket): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private static let callback: evconnlistener_cb = { _, fd, sockaddr, _, context in
+        let listener = Unmanaged<Listener>.fromOpaque(context!).takeUnretainedValue()
+        listener.onAccept(fd, sockaddr.flatMap { SocketAddress(UnsafePointer($0)) })
+    }
+
+    /// The address the socket is bound to.
+    public var localAddress: SocketAddress? {
+        guard let handle else { return nil }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let fd = evconnlistener_get_fd(handle)
+        return withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                getsockname(fd, address, &length) == 0 ? SocketAddress(address) : nil
+            }
+        }
+    }
+
+    /// Stops accepting and closes the socket.
+    public func close() {
+        if let handle {
+            evconnlistener_free(handle)
+            self.handle = nil
+        }
+    }
+
+    deinit {
+        close()
+    }
+}
+
+/// A socket that cannot be bound or used for listening.
+public struct ListenerError: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
+
+/// Closes a socket descriptor that no object owns yet.
+public func closeSocket(_ fd: Int32) {
+    _ = Glibc.close(fd)
+}

@@ -1,0 +1,68 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CPinproxyShims
+
+/// TLS protocol versions pinproxy can require.
+public enum TLSProtocolVersion: Sendable {
+    case tls12, tls13
+
+    var openSSLValue: Int32 { self == .tls12 ? TLS1_2_VERSION : TLS1_3_VERSION }
+}
+
+/// The client-side SSL_CTX for upstream connections. It does not verify certificates: the
+/// verdict does, on the chain the handshake delivered, before a single byte is relayed.
+public final class TLSClientContext: @unchecked Sendable {
+    let handle: OpaquePointer
+
+    public init() throws {
+        guard let handle = SSL_CTX_new(TLS_client_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
+        self.handle = handle
+        SSL_CTX_set_verify(handle, SSL_VERIFY_NONE, nil)
+        _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
+        let alpn: [UInt8] = [8] + Array("http/1.1".utf8)
+        guard SSL_CTX_set_alpn_protos(handle, alpn, UInt32(alpn.count)) == 0 else {
+            throw OpenSSLError.drain("SSL_CTX_set_alpn_protos")
+        }
+    }
+
+    deinit {
+        SSL_CTX_free(handle)
+    }
+
+    /// A new SSL for one upstream connection.
+    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool) throws -> OpaquePointer {
+        guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
+        _ = pp_SSL_set_min_proto_version(ssl, minimumVersion.openSSLValue)
+        if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
+        if requestOCSPStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
+        return ssl
+    }
+}
+
+/// The server-side SSL_CTX that terminates clients' TLS with minted leaves. ALPN selects
+/// http/1.1 (the protocol spoken upstream) or nothing.
+public final class TLSServerContext: @unchecked Sendable {
+    let handle: OpaquePointer
+
+    public init() throws {
+        guard let handle = SSL_CTX_new(TLS_server_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
+        self.handle = handle
+        _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
+        pp_SSL_CTX_select_alpn_http11(handle)
+    }
+
+    deinit {
+        SSL_CTX_free(handle)
+    }
+
+    /// A new SSL presenting `certificate` (with `key`) to one client.
+    func makeSSL(certificate: Certificate, key: PrivateKey) throws -> OpaquePointer {
+        guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
+        guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1 else {
+            SSL_free(ssl)
+            throw OpenSSLError.drain("installing the minted certificate")
+        }
+        return ssl
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import Logging
+import PinproxyPolicy
+
+/// pinproxy's log: one line per event on stderr, as logfmt or JSON, with constant field
+/// names. Connection decisions are logged once, by `ClientConnection.logDecision`.
+public struct AccessLog: Sendable {
+    /// Field names, in the order lines print them.
+    public enum Field: String, CaseIterable, Sendable {
+        case time, level, event, client, host, port, entry, outcome, reason, status, detail, chain
+        case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
+        case address, config, error, entries, warning
+    }
+
+    private let logger: Logger
+
+    /// A log writing `format` lines to stderr.
+    public init(format: ProxySettings.LogFormat) {
+        logger = Logger(label: "pinproxy") { _ in LineLogHandler(format: format) }
+    }
+
+    /// Writes one event line.
+    public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)]) {
+        var metadata: Logger.Metadata = [:]
+        for (field, value) in fields { metadata[field.rawValue] = .string(value) }
+        logger.log(level: level, Logger.Message(stringLiteral: event), metadata: metadata)
+    }
+}
+
+/// Formats swift-log records as single logfmt or JSON lines and writes each with one write.
+struct LineLogHandler: LogHandler {
+    let format: ProxySettings.LogFormat
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .info
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var fields: [(String, String)] = [("time", rfc3339Milliseconds(Date())), ("level", Self.levelName(event.level)), ("event", event.message.description)]
+        let values = metadata.merging(event.metadata ?? [:]) { $1 }
+        let order = AccessLog.Field.allCases.map(\.rawValue)
+        for key in values.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
+            fields.append((key, "\(values[key]!)"))
+        }
+        let line = format == .json ? Self.json(fields) : Self.logfmt(fields)
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    static func levelName(_ level: Logger.Level) -> String {
+        switch level {
+        case .trace, .debug: return "debug"
+        case .info, .notice: return "info"
+        case .warning: return "warning"
+        case .error, .critical: return "error"
+        }
+    }
+
+    static func logfmt(_ fields: [(String, String)]) -> String {
+        fields.map { key, value in
+            let bare = !value.isEmpty && value.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F && $0 != "\"" && $0 != "=" && $0 != "\\" }
+            return bare ? "\(key)=\(value)" : "\(key)=\"\(escape(value))\""
+        }.joined(separator: " ")
+    }
+
+    static func json(_ fields: [(String, String)]) -> String {
+        "{" + fields.map { "\"\($0.0)\":\"\(escape($0.1))\"" }.joined(separator: ",") + "}"
+    }
+
+    static func escape(_ value: String) -> String {
+        var result = ""
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": result += "\\\""
+            case "\\": result += "\\\\"
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            default:
+                if scalar.value < 0x20 { result += String(format: "\\u%04x", scalar.value) } else { result.unicodeScalars.append(scalar) }
+            }
+        }
+        return result
+    }
+}
+
+/// `2026-01-31T12:00:00.123Z`.
+func rfc3339Milliseconds(_ date: Date) -> String {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return formatter.string(from: date)
+}

@@ -1,0 +1,57 @@
+import Foundation
+import Logging
+import PinproxyInterop
+import PinproxyPolicy
+
+extension ClientConnection {
+    /// Steps 7–8 (allowed): log the decision, answer 200, then terminate the client's TLS with a
+    /// leaf for the CONNECT host minted by the local CA. A client whose SNI names another
+    /// host is cut off before a byte is relayed.
+    func intercept() {
+        guard let (host, _) = target, let verdict else { return }
+        teardownPhase()
+        let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
+        var detail = verdict.notes.joined(separator: "; ")
+        if case .reportOnly = verdict.outcome {
+            detail = "would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")
+        }
+        logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict)
+
+        phase = .clientHandshake
+        sendConnectionEstablished()
+        let tls: BufferEvent
+        do {
+            let leaf = try worker.shared.localCA.leaf(for: host)
+            tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate, key: leaf.key)
+        } catch {
+            logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
+            return close()
+        }
+        clientSide = tls
+        phaseTimer = Timer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in
+            self?.logEvent(.warning, "client-handshake-failed", detail: "the client did not finish its TLS handshake in time")
+            self?.close()
+        }
+        tls.onEvent = { [weak self] events in
+            guard let self, self.phase == .clientHandshake else { return }
+            self.phaseTimer = nil
+            guard events.contains(.connected) else {
+                self.logEvent(.warning, "client-handshake-failed", detail: "\(tls.takeTLSErrors()) (does the client trust the pinproxy CA? see `pinproxy ca`)")
+                return self.close()
+            }
+            if let sni = tls.requestedServerName, host.serverName != nil, TargetHost(sni) != host {
+                self.logEvent(.warning, "sni-mismatch", detail: "the client's SNI \(sni) differs from the CONNECT host \(host): refused")
+                return self.close()
+            }
+            self.relay()
+        }
+    }
+
+    /// A line about this connection that is not its decision.
+    func logEvent(_ level: Logger.Level, _ event: String, detail: String) {
+        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        if let (host, port) = target { fields += [(.host, host.description), (.port, String(port))] }
+        fields.append((.detail, detail))
+        worker.shared.log.emit(level, event, fields)
+    }
+}

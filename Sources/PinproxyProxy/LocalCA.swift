@@ -1,0 +1,113 @@
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+import Synchronization
+
+/// The local interception CA: an ECDSA P-256 key and self-signed certificate kept in
+/// `ca_dir` (directory 0700, key 0600), created on first start and stable across restarts.
+/// It mints one leaf per CONNECT host, each with a key of its own, and caches them.
+public final class LocalCA: Sendable {
+    /// The CA certificate file clients are told to trust.
+    public let certificatePath: String
+    /// The CA certificate.
+    public let certificate: Certificate
+    private let key: PrivateKey
+    private let minted = Mutex<[TargetHost: MintedLeaf]>([:])
+
+    /// A minted leaf and its key.
+    public struct MintedLeaf: Sendable {
+        public let certificate: Certificate
+        public let key: PrivateKey
+    }
+
+    /// How long a minted leaf is valid; it is minted again when less than a day is left.
+    static let leafLifetime: TimeInterval = 30 * 86_400
+    /// Minted leaves kept at most; past this the cache starts over.
+    static let cacheLimit = 10_000
+
+    static let certificateName = "ca.pem"
+    static let keyName = "ca.key"
+
+    /// The CA directory when the config sets none: `$STATE_DIRECTORY` under systemd, else
+    /// /var/lib/pinproxy for root, else `$XDG_STATE_HOME/pinproxy` or ~/.local/state/pinproxy.
+    public static func defaultDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let state = environment["STATE_DIRECTORY"], !state.isEmpty {
+            // systemd may pass several, separated by colons; the first is pinproxy's.
+            return String(state.split(separator: ":").first ?? Substring(state))
+        }
+        if getuid() == 0 { return "/var/lib/pinproxy" }
+        if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") { return xdg + "/pinproxy" }
+        return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state/pinproxy"
+    }
+
+    /// Opens the CA in `directory`, creating the directory, key and certificate if absent.
+    public static func openOrCreate(directory: String) throws -> LocalCA {
+        let manager = FileManager.default
+        let certificatePath = directory + "/" + certificateName
+        let keyPath = directory + "/" + keyName
+        try manager.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try manager.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
+        if manager.fileExists(atPath: keyPath) || manager.fileExists(atPath: certificatePath) {
+            guard let keyData = manager.contents(atPath: keyPath), let certificateData = manager.contents(atPath: certificatePath) else {
+                throw LocalCAError("the CA in \(directory) is incomplete or unreadable: \(keyName) and \(certificateName) must both be readable")
+            }
+            let key = try PrivateKey(pem: Array(keyData))
+            guard let certificate = try Certificate.parseAll(Array(certificateData)).first, key.matches(certificate) else {
+                throw LocalCAError("\(certificatePath) does not match \(keyPath)")
+            }
+            return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key)
+        }
+        let key = try PrivateKey.generateP256()
+        let now = Date()
+        let host = ProcessInfo.processInfo.hostName
+        let certificate = try CertificateBuilder.makeCA(commonName: "pinproxy local CA (\(host))", key: key,
+                                                        notBefore: now.addingTimeInterval(-3_600),
+                                                        notAfter: now.addingTimeInterval(10 * 365 * 86_400))
+        // Written under temporary names inside the 0700 directory, then renamed into place.
+        try write(key.pem, to: keyPath, permissions: 0o600)
+        try write(certificate.pem, to: certificatePath, permissions: 0o644)
+        return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key)
+    }
+
+    private static func write(_ text: String, to path: String, permissions: Int) throws {
+        let temporary = path + ".tmp-\(getpid())"
+        guard FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8), attributes: [.posixPermissions: permissions]) else {
+            throw LocalCAError("cannot write \(temporary)")
+        }
+        try FileManager.default.setAttributes([.posixPermissions: permissions], ofItemAtPath: temporary)
+        guard rename(temporary, path) == 0 else { throw LocalCAError("cannot rename \(temporary) to \(path)") }
+    }
+
+    private init(certificatePath: String, certificate: Certificate, key: PrivateKey) {
+        self.certificatePath = certificatePath
+        self.certificate = certificate
+        self.key = key
+    }
+
+    /// The cached leaf for `host`, minted now if absent or about to expire.
+    public func leaf(for host: TargetHost, now: Date = Date()) throws -> MintedLeaf {
+        if let cached = minted.withLock({ $0[host] }), cached.certificate.notAfter.timeIntervalSince(now) > 86_400 {
+            return cached
+        }
+        let key = try PrivateKey.generateP256()
+        let name: CertificateBuilder.SubjectName = switch host {
+        case .name(let dns): .dns(dns)
+        case .ip(let address): .ip(address)
+        }
+        let notAfter = min(now.addingTimeInterval(Self.leafLifetime), certificate.notAfter)
+        let leaf = MintedLeaf(certificate: try CertificateBuilder.makeLeaf(for: name, key: key, issuer: certificate, issuerKey: self.key,
+                                                                            notBefore: now.addingTimeInterval(-3_600), notAfter: notAfter),
+                              key: key)
+        minted.withLock { cache in
+            if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
+            cache[host] = leaf
+        }
+        return leaf
+    }
+}
+
+/// A local CA that cannot be opened or created.
+public struct LocalCAError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import PinproxyInterop
+
+extension ClientConnection {
+    /// Step 9: bytes both ways between the two TLS sessions. Each direction buffers at most
+    /// `relay_buffer_bytes` before its reader pauses (resumed when the writer drains to half).
+    /// When one side ends, what it sent is delivered and then both are closed; a tunnel with
+    /// no traffic either way for `idle_timeout` is closed.
+    func relay() {
+        guard let upstream else { return close() }
+        phase = .relaying
+        relayStarted = Date()
+        lastActivity = worker.loop.now
+        worker.shared.tunnelOpened()
+        connect(from: clientSide, to: upstream, direction: .up)
+        connect(from: upstream, to: clientSide, direction: .down)
+        let idle = config.proxy.idleTimeout
+        phaseTimer = Timer(loop: worker.loop, after: max(0.05, idle / 4), repeats: true) { [weak self] in
+            guard let self, self.worker.loop.now - self.lastActivity >= idle else { return }
+            self.closeReason = "idle for \(formatSeconds(idle))"
+            self.close()
+        }
+        clientSide.setReading(true)
+        upstream.setReading(true)
+        // Bytes that arrived before the tunnel opened (early data, a server banner).
+        pump(from: clientSide, to: upstream, direction: .up)
+        pump(from: upstream, to: clientSide, direction: .down)
+    }
+
+    enum Direction { case up, down }
+
+    private func connect(from source: BufferEvent, to sink: BufferEvent, direction: Direction) {
+        let limit = config.proxy.relayBufferBytes
+        sink.setWriteLowWatermark(limit / 2)
+        source.onRead = { [weak self, unowned source, unowned sink] in
+            self?.pump(from: source, to: sink, direction: direction)
+        }
+        sink.onWrite = { [weak self, unowned source, unowned sink] in
+            guard let self else { return }
+            if self.finishing {
+                if sink.outputLength == 0 { self.close() }
+            } else if !source.isReading && !source.isClosed {
+                source.setReading(true)
+            }
+        }
+        source.onEvent = { [weak self, unowned source, unowned sink] events in
+            guard let self else { return }
+            if events.contains(.error) && events.contains(.writing) {
+                // This side cannot take what the other sends: nothing more can be delivered.
+                self.closeReason = direction == .up ? "client connection error" : "upstream connection error"
+                return self.close()
+            }
+            if events.contains(.eof) || events.contains(.error) || events.contains(.timeout) {
+                // The side stopped sending (cleanly or not): deliver what it sent, then close.
+                self.pump(from: source, to: sink, direction: direction)
+                self.closeReason = direction == .up ? "client closed" : "upstream closed"
+                self.finishing = true
+                source.setReading(false)
+                sink.setWriteLowWatermark(0)
+                if sink.outputLength == 0 { self.close() }
+            }
+        }
+    }
+
+    private func pump(from source: BufferEvent, to sink: BufferEvent, direction: Direction) {
+        let moved = source.moveInput(to: sink)
+        guard moved > 0 else { return }
+        lastActivity = worker.loop.now
+        switch direction {
+        case .up: bytesUp += moved
+        case .down: bytesDown += moved
+        }
+        if sink.outputLength >= config.proxy.relayBufferBytes { source.setReading(false) }
+    }
+}

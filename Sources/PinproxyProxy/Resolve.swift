@@ -1,0 +1,77 @@
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+
+extension ClientConnection {
+    /// Step 4: addresses from `[resolve]`, the IP literal itself, or DNS without blocking the
+    /// loop; then, with `block_private_destinations`, only public addresses are kept.
+    func resolve() {
+        guard let (host, _) = target else { return }
+        phase = .resolving
+        switch host {
+        case .ip(let address):
+            return checkDestinations([address])
+        case .name(let name):
+            if let configured = config.resolve[name] { return checkDestinations(configured) }
+            phaseTimer = Timer(loop: worker.loop, after: config.proxy.dnsTimeout) { [weak self] in
+                self?.dnsRequest?.cancel()
+                self?.refuse(.dnsFailure, "no DNS answer for \(name) within \(formatSeconds(self?.config.proxy.dnsTimeout ?? 0))")
+            }
+            dnsRequest = worker.loop.dns.resolve(name) { [weak self] result in
+                guard let self, self.phase == .resolving else { return }
+                self.phaseTimer = nil
+                self.dnsRequest = nil
+                switch result {
+                case .success(let addresses): self.checkDestinations(addresses)
+                case .failure(let failure): self.refuse(.dnsFailure, "\(name) does not resolve: \(failure)")
+                }
+            }
+        }
+    }
+
+    func checkDestinations(_ addresses: [IPAddress]) {
+        guard config.proxy.blockPrivateDestinations else { return connect(to: addresses) }
+        let allowed = addresses.filter { !DestinationGuard.isPrivate($0) }
+        guard !allowed.isEmpty else {
+            let listed = addresses.map(\.description).joined(separator: ", ")
+            return refuse(.destinationDenied, "\(target!.0) resolves only to private or special addresses (\(listed)) and block_private_destinations = true")
+        }
+        connect(to: allowed)
+    }
+}
+
+/// Which destination addresses `block_private_destinations` refuses.
+public enum DestinationGuard {
+    /// True for loopback, RFC 1918, link-local, CGNAT, unique-local, unspecified, multicast,
+    /// reserved and broadcast addresses, and for IPv6 forms that embed such an IPv4 address
+    /// (IPv4-mapped, IPv4-compatible, NAT64, 6to4).
+    public static func isPrivate(_ address: IPAddress) -> Bool {
+        let b = address.bytes
+        if !address.isIPv6 { return isPrivateV4(b) }
+        if b[0..<10].allSatisfy({ $0 == 0 }) && b[10] == 0xFF && b[11] == 0xFF { return isPrivateV4(Array(b[12..<16])) }   // ::ffff:a.b.c.d
+        if b[0..<12].allSatisfy({ $0 == 0 }) { return true }                                                               // ::, ::1, ::a.b.c.d
+        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B && b[4..<12].allSatisfy({ $0 == 0 }) {             // 64:ff9b::/96
+            return isPrivateV4(Array(b[12..<16]))
+        }
+        if b[0] == 0x20 && b[1] == 0x02 { return isPrivateV4(Array(b[2..<6])) }                                            // 2002::/16
+        if b[0] & 0xFE == 0xFC { return true }                                                                             // fc00::/7
+        if b[0] == 0xFE && b[1] & 0xC0 == 0x80 { return true }                                                             // fe80::/10
+        if b[0] == 0xFE && b[1] & 0xC0 == 0xC0 { return true }                                                             // fec0::/10
+        if b[0] == 0xFF { return true }                                                                                    // ff00::/8
+        return false
+    }
+
+    static func isPrivateV4(_ b: [UInt8]) -> Bool {
+        switch (b[0], b[1]) {
+        case (0, _), (10, _), (127, _): return true
+        case (100, 64...127): return true          // CGNAT
+        case (169, 254): return true               // link-local
+        case (172, 16...31): return true
+        case (192, 168): return true
+        case (192, 0) where b[2] == 0: return true // IETF protocol assignments
+        case (198, 18...19): return true           // benchmarking
+        case (224...255, _): return true           // multicast, reserved, broadcast
+        default: return false
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import Logging
+import PinproxyInterop
+import PinproxyPolicy
+
+extension RefusalReason {
+    /// The HTTP status a refusal for this reason carries.
+    public var httpStatus: Int {
+        switch self {
+        case .badRequest: return 400
+        case .dnsFailure, .upstreamUnreachable, .handshakeFailed: return 502
+        case .upstreamTimeout: return 504
+        default: return 403
+        }
+    }
+}
+
+/// Reason phrases for the statuses pinproxy sends.
+func reasonPhrase(_ status: Int) -> String {
+    switch status {
+    case 200: return "Connection established"
+    case 400: return "Bad Request"
+    case 403: return "Forbidden"
+    case 502: return "Bad Gateway"
+    case 504: return "Gateway Timeout"
+    default: return "Error"
+    }
+}
+
+extension ClientConnection {
+    /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
+    func refuse(_ reason: RefusalReason, _ detail: String) {
+        sendRefusal(reason: reason, detail: detail, verdict: nil)
+    }
+
+    /// Step 7 (refused): a refusal the verdict decided.
+    func refuse(verdict: Verdict) {
+        guard let reason = verdict.reason else { return }
+        sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict)
+    }
+
+    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?) {
+        guard phase != .closing, phase != .relaying else { return }
+        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict)
+        upstream?.close()
+        upstream = nil
+        teardownPhase()
+        phase = .closing
+        let subject = target.map { "\($0.0):\($0.1)" } ?? "the request"
+        let body = "pinproxy refused \(subject): \(reason.rawValue)\n\(detail)\n"
+        let status = reason.httpStatus
+        let head = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+        clientSide.setReading(false)
+        clientSide.discardInput()
+        clientSide.write(Array((head + body).utf8))
+        closeWhenFlushed()
+    }
+
+    /// Step 7 (allowed): the 200 that opens the tunnel.
+    func sendConnectionEstablished() {
+        clientSide.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8))
+    }
+
+    /// Closes once everything queued for the client has been sent (or after a grace period).
+    func closeWhenFlushed() {
+        clientSide.setWriteLowWatermark(0)
+        clientSide.onWrite = { [weak self] in
+            guard let self, self.clientSide.outputLength == 0 else { return }
+            self.close()
+        }
+        clientSide.onEvent = { [weak self] _ in self?.close() }
+        phaseTimer = Timer(loop: worker.loop, after: 5) { [weak self] in self?.close() }
+        if clientSide.outputLength == 0 { close() }
+    }
+
+    /// The one log line for this connection's decision.
+    func logDecision(outcome: String, reason: RefusalReason?, status: Int, detail: String, verdict: Verdict?) {
+        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        if let (host, port) = target {
+            fields += [(.host, host.description), (.port, String(port))]
+        }
+        if let entry { fields.append((.entry, entry.name)) }
+        fields.append((.outcome, outcome))
+        if let reason { fields.append((.reason, reason.rawValue)) }
+        fields.append((.status, String(status)))
+        if !detail.isEmpty { fields.append((.detail, detail)) }
+        if let verdict, !verdict.presented.isEmpty {
+            fields.append((.chain, verdict.presented.map { "\($0.subject) \(Pin(digest: $0.publicKeySHA256))" }.joined(separator: " | ")))
+        }
+        let level: Logger.Level = outcome == "allowed" ? .info : .warning
+        worker.shared.log.emit(level, "connection", fields)
+    }
+}
