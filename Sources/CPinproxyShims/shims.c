@@ -65,3 +65,5 @@ static int pp_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *ou
 }
 
 void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, pp_alpn_select, NULL); }
+
+void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *)) { SSL_CTX_sess_set_new_cb(ctx, callback); }

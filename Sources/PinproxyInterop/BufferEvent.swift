@@ -57,11 +57,17 @@ public final class BufferEvent {
 
     /// Starts a TLS client handshake on a connected socket, which the buffer event then owns.
     /// The event callback reports `.connected` once the handshake completes.
+    /// With `sessions` and `sessionKey`, a cached session is offered for resumption, and the
+    /// sessions of this connection are cached once `admitSession` is called.
     public static func connectTLS(loop: EventLoop, socket: Int32, context: TLSClientContext, serverName: String?,
-                                  minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool) throws -> BufferEvent {
-        let ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple)
+                                  minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool,
+                                  sessions: TLSSessionCache? = nil, sessionKey: String? = nil) throws -> BufferEvent {
+        let slot = sessions.flatMap { cache in sessionKey.map { SessionSlot(cache: cache, key: $0) } }
+        let ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
+                                      resumption: slot)
         guard let handle = bufferevent_openssl_socket_new(loop.base, socket, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                           Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
+            releaseSessionSlot(ssl)
             SSL_free(ssl)
             closeSocket(socket)
             throw OpenSSLError.drain("bufferevent_openssl_socket_new")
@@ -102,6 +108,7 @@ public final class BufferEvent {
         onEvent = nil
         if isTLS, let ssl = bufferevent_openssl_get_ssl(handle) {
             if SSL_is_init_finished(ssl) == 1 { _ = SSL_shutdown(ssl) }
+            if bufferevent_get_underlying(handle) == nil { releaseSessionSlot(ssl) }
             // On a filter, the alert sits in the underlying buffer: write it out now.
             if let underlying = bufferevent_get_underlying(handle) {
                 _ = evbuffer_write(bufferevent_get_output(underlying), bufferevent_getfd(underlying))
@@ -217,6 +224,22 @@ public final class BufferEvent {
         return Array(UnsafeBufferPointer(start: bytes, count: length))
     }
 
+    /// Whether the upstream handshake resumed a cached session (no certificate was re-sent; the
+    /// chain is the one stored with the session, which the verdict evaluates again).
+    public var sessionReused: Bool {
+        guard let ssl else { return false }
+        return SSL_session_reused(ssl) == 1
+    }
+
+    /// Marks this upstream connection as admitted by the verdict: its current session and any
+    /// ticket that arrives later are cached for resumption.
+    public func admitSession() {
+        guard let ssl, let data = pp_SSL_get_app_data(ssl) else { return }
+        let slot = Unmanaged<SessionSlot>.fromOpaque(data).takeUnretainedValue()
+        slot.admitted = true
+        if let session = SSL_get1_session(ssl), !slot.offer(session) { SSL_SESSION_free(session) }
+    }
+
     /// The SNI the client sent (server side).
     public var requestedServerName: String? {
         guard let ssl, let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) else { return nil }
@@ -259,4 +282,11 @@ public struct TLSFailure: Sendable, CustomStringConvertible {
     public var description: String {
         messages.isEmpty ? "the connection closed during the handshake" : messages.joined(separator: "; ")
     }
+}
+
+/// Releases the session slot an upstream SSL holds in its app data, once.
+private func releaseSessionSlot(_ ssl: OpaquePointer) {
+    guard let data = pp_SSL_get_app_data(ssl) else { return }
+    _ = pp_SSL_set_app_data(ssl, nil)
+    Unmanaged<SessionSlot>.fromOpaque(data).release()
 }

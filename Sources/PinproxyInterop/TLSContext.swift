@@ -24,6 +24,8 @@ public final class TLSClientContext: @unchecked Sendable {
         guard SSL_CTX_set_alpn_protos(handle, alpn, UInt32(alpn.count)) == 0 else {
             throw OpenSSLError.drain("SSL_CTX_set_alpn_protos")
         }
+        _ = pp_SSL_CTX_set_session_cache_mode(handle, Int(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE))
+        pp_SSL_CTX_sess_set_new_cb(handle, newSessionCallback)
     }
 
     deinit {
@@ -31,11 +33,16 @@ public final class TLSClientContext: @unchecked Sendable {
     }
 
     /// A new SSL for one upstream connection.
-    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool) throws -> OpaquePointer {
+    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool,
+                 resumption: SessionSlot?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
         _ = pp_SSL_set_min_proto_version(ssl, minimumVersion.openSSLValue)
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         if requestOCSPStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
+        if let resumption {
+            if let stored = resumption.cache.session(for: resumption.key) { _ = SSL_set_session(ssl, stored.handle) }
+            _ = pp_SSL_set_app_data(ssl, Unmanaged.passRetained(resumption).toOpaque())
+        }
         return ssl
     }
 }

@@ -38,6 +38,7 @@ final class ClientConnection {
     var handshakeStarted: Date?
     var handshakeSeconds: TimeInterval?
     var verificationSeconds: TimeInterval?
+    var resumed = false
     var relayStarted: Date?
     var lastActivity: TimeInterval = 0
     var bytesUp = 0

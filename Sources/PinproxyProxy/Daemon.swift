@@ -66,6 +66,9 @@ public final class Daemon {
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
                 shared.policy.replace(with: config)
+                // Sessions admitted under a policy this reload changed are never resumed.
+                let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.policy.fingerprint))
+                shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
                 shared.log.emit(.info, "reload", [(.outcome, "ok"), (.config, configPath), (.entries, String(config.policies.entries.count))])
                 for warning in config.warnings {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])

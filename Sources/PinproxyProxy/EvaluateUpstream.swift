@@ -4,6 +4,8 @@ import PinproxyPolicy
 
 extension ClientConnection {
     /// Step 6: the verdict on what the server presented, by the same function as `evaluate`.
+    /// It runs on resumed sessions too, on the chain stored with the session: resumption
+    /// saves the handshake, never a check.
     func evaluateUpstream() {
         guard let (host, port) = target, let entry, let upstream else { return }
         handshakeSeconds = handshakeStarted.map { Date().timeIntervalSince($0) }
@@ -12,8 +14,11 @@ extension ClientConnection {
         let verdict = TrustEvaluator.evaluate(presentation, host: host, port: port, entry: entry, at: Date())
         verificationSeconds = Date().timeIntervalSince(started)
         guard verdict.allowsConnection else {
+            if upstream.sessionReused, let sessionKey { worker.shared.sessions.remove(sessionKey) }
             return refuse(verdict: verdict)
         }
+        resumed = upstream.sessionReused
+        upstream.admitSession()
         self.verdict = verdict
         intercept()
     }

@@ -11,7 +11,7 @@ extension ClientConnection {
         guard let (host, _) = target, let verdict else { return }
         teardownPhase()
         let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
-        var detail = verdict.notes.joined(separator: "; ")
+        var detail = (verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = "would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")
         }

@@ -15,7 +15,8 @@ extension ClientConnection {
             upstream = try BufferEvent.connectTLS(loop: worker.loop, socket: socket, context: worker.shared.upstreamTLS,
                                                   serverName: host.serverName,
                                                   minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
-                                                  requestOCSPStaple: requestStaple)
+                                                  requestOCSPStaple: requestStaple,
+                                                  sessions: requestStaple ? nil : worker.shared.sessions, sessionKey: sessionKey)
         } catch {
             return refuse(.handshakeFailed, "cannot start TLS: \(error)")
         }
@@ -36,6 +37,14 @@ extension ClientConnection {
             }
             self.refuse(.handshakeFailed, "the TLS handshake with \(self.describeUpstream()) failed: \(failure)")
         }
+    }
+
+    /// The resumption cache key: the entry's policy fingerprint, host and port, so a session
+    /// is only resumed under the policy that admitted it. (Staples are not resumed, so
+    /// `ocsp-staple` entries never use the cache.)
+    var sessionKey: String? {
+        guard let (host, port) = target, let entry else { return nil }
+        return "\(entry.policy.fingerprint)|\(host)|\(port)"
     }
 
     func describeUpstream() -> String {

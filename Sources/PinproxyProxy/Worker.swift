@@ -11,6 +11,8 @@ final class SharedState: Sendable {
     let upstreamTLS: TLSClientContext
     let interceptTLS: TLSServerContext
     let log: AccessLog
+    /// Upstream sessions for resumption, keyed by `ClientConnection.sessionKey`.
+    let sessions = TLSSessionCache()
     let openConnections = Atomic<Int>(0)
     let openTunnels = Atomic<Int>(0)
 

@@ -64,4 +64,7 @@ int pp_is_protocol_version_error(unsigned long error);
 // SSL_CTX_set_tlsext_servername_callback is a macro; the ALPN selector picks http/1.1.
 void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx);
 
+// SSL_CTX_sess_set_new_cb with a Swift-provided callback (a plain function pointer).
+void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *));
+
 #endif

@@ -1,0 +1,82 @@
+import Glibc
+import Foundation
+import COpenSSL
+import CPinproxyShims
+import Synchronization
+
+/// Upstream TLS sessions kept for resumption, keyed by the caller (pinproxy keys them by
+/// policy fingerprint, host and port). A session enters only through `admit`, i.e. after
+/// its connection passed the verdict. Thread-safe; bounded.
+public final class TLSSessionCache: Sendable {
+    private let sessions = Mutex<[String: StoredSession]>([:])
+    private let limit: Int
+
+    public init(limit: Int = 10_000) {
+        self.limit = limit
+    }
+
+    func session(for key: String) -> StoredSession? {
+        sessions.withLock { $0[key] }
+    }
+
+    func store(_ session: StoredSession, for key: String) {
+        sessions.withLock { cache in
+            if cache.count >= limit, cache[key] == nil { cache.removeAll(keepingCapacity: true) }
+            cache[key] = session
+        }
+    }
+
+    /// Forgets the session for `key` (e.g. when a resumed connection was refused).
+    public func remove(_ key: String) {
+        _ = sessions.withLock { $0.removeValue(forKey: key) }
+    }
+
+    /// Keeps only the sessions whose key `keep` accepts (after a reload: unchanged policies).
+    public func retain(where keep: (String) -> Bool) {
+        sessions.withLock { cache in cache = cache.filter { keep($0.key) } }
+    }
+
+    /// Sessions held.
+    public var count: Int { sessions.withLock { $0.count } }
+}
+
+/// One SSL_SESSION, owned.
+final class StoredSession: @unchecked Sendable {
+    let handle: OpaquePointer
+
+    init(taking handle: OpaquePointer) {
+        self.handle = handle
+    }
+
+    deinit {
+        SSL_SESSION_free(handle)
+    }
+}
+
+/// Ties one upstream SSL to its cache key until the connection is admitted; reached from
+/// OpenSSL's new-session callback through the SSL's app data.
+final class SessionSlot {
+    let cache: TLSSessionCache
+    let key: String
+    var admitted = false
+
+    init(cache: TLSSessionCache, key: String) {
+        self.cache = cache
+        self.key = key
+    }
+
+    /// Stores `session` (taking ownership) if the connection has been admitted.
+    func offer(_ session: OpaquePointer) -> Bool {
+        guard admitted, SSL_SESSION_is_resumable(session) == 1 else { return false }
+        cache.store(StoredSession(taking: session), for: key)
+        return true
+    }
+}
+
+/// OpenSSL's new-session callback: hands TLS 1.3 tickets that arrive after the handshake to
+/// the connection's slot. Returning 1 means the slot took ownership of the session.
+let newSessionCallback: @convention(c) (OpaquePointer?, OpaquePointer?) -> Int32 = { ssl, session in
+    guard let ssl, let session, let data = pp_SSL_get_app_data(ssl) else { return 0 }
+    let slot = Unmanaged<SessionSlot>.fromOpaque(data).takeUnretainedValue()
+    return slot.offer(session) ? 1 : 0
+}

@@ -1,0 +1,106 @@
+"""`pinproxy run` with `log_format = "json"`.
+
+Every stderr line is one JSON object, and each event carries the same keys as the
+logfmt line for the same event: two daemons (logfmt and json, same policy) see the
+same traffic — an allowed tunnel, a pin-mismatch, a bad request, a reload — and their
+lines are compared key for key.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import origin as originlib
+from proxy_harness import (
+    API,
+    PIN_X,
+    PIN_Y,
+    Tunnel,
+    connect_request,
+    expect_refusal,
+    module_proxies,  # noqa: F401 (fixture)
+    origins,  # noqa: F401 (fixture)
+    pinned_entry,
+    raw_exchange,
+)
+
+
+def traffic(proxy, origins) -> dict[str, int]:
+    """The same four events on PROXY; {scenario: client port} (reload: none)."""
+    ports = {}
+    with Tunnel(proxy, API, origins.api.port) as t:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        ports["allowed"] = t.client_port
+    ports["tunnel-closed"] = ports["allowed"]
+    _ans, line = expect_refusal(proxy, "www.api.test", origins.api.port, "pin-mismatch")
+    ports["refused"] = int(line["client"].rsplit(":", 1)[1])
+    ex = raw_exchange(proxy.port, b"hello\r\n\r\n")
+    ports["bad-request"] = ex.client_port
+    assert ex.answer.refusal == "bad-request"
+    assert proxy.reload().get("outcome") == "ok"
+    return ports
+
+
+@pytest.fixture(scope="module")
+def pair(module_proxies, origins, pki):
+    made = {}
+    for fmt in ("logfmt", "json"):
+        made[fmt] = module_proxies(
+            name=fmt,
+            proxy={"allow_ports": [origins.api.port], "log_format": fmt},
+            resolve={API: "127.0.0.1", "www.api.test": "127.0.0.1"},
+            hosts={API: pinned_entry(pki, "api", "int-a"),
+                   "www.api.test": {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]}},
+        )
+    ports = {fmt: traffic(p, origins) for fmt, p in made.items()}
+    return made, ports
+
+
+def event_line(proxy, scenario: str, port: int | None):
+    event = {"tunnel-closed": "tunnel-closed", "reload": "reload"}.get(scenario, "connection")
+    if port is None:
+        return proxy.wait_for_log(lambda l: l.get("event") == event, what=f"event={event}")
+    return proxy.wait_for_log(lambda l: l.get("event") == event and l.get("client") == f"127.0.0.1:{port}",
+                              what=f"event={event} client=127.0.0.1:{port}")
+
+
+def test_every_stderr_line_is_a_json_object(pair):
+    made, _ports = pair
+    p = made["json"]
+    raw = [l for l in p.raw_lines() if l.strip()]
+    assert raw, "the json daemon logged nothing"
+    for l in raw:
+        try:
+            obj = json.loads(l)
+        except ValueError as e:
+            raise AssertionError(f"not JSON: {l!r} ({e})") from None
+        assert isinstance(obj, dict), l
+        assert "event" in obj, l
+
+
+@pytest.mark.parametrize("scenario", ["allowed", "tunnel-closed", "refused", "bad-request", "reload"])
+def test_same_keys_as_logfmt(pair, scenario):
+    made, ports = pair
+    lines = {fmt: event_line(p, scenario, ports[fmt].get(scenario)) for fmt, p in made.items()}
+    assert lines["json"].is_json and not lines["logfmt"].is_json
+    assert set(lines["json"]) == set(lines["logfmt"]), (
+        f"keys differ:\nlogfmt: {sorted(lines['logfmt'])}\njson:   {sorted(lines['json'])}\n"
+        f"{lines['logfmt'].raw}\n{lines['json'].raw}")
+    for key in ("event", "outcome", "reason", "status", "host", "entry"):
+        if key in lines["logfmt"]:
+            assert lines["json"][key] == lines["logfmt"][key], (key, lines["logfmt"].raw, lines["json"].raw)
+
+
+def test_json_values(pair, pki):
+    made, ports = pair
+    p = made["json"]
+    refused = event_line(p, "refused", ports["json"]["refused"])
+    assert refused["outcome"] == "refused" and refused["reason"] == "pin-mismatch", refused.raw
+    assert pki.spki("api") in refused["chain"], refused.raw
+    closed = event_line(p, "tunnel-closed", ports["json"]["tunnel-closed"])
+    obj = json.loads(closed.raw)
+    for key in ("bytes_up", "bytes_down"):
+        assert int(obj[key]) > 0, closed.raw
+    assert float(str(obj["duration"]).rstrip("s")) >= 0, closed.raw

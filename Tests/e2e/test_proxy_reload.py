@@ -1,0 +1,128 @@
+"""`pinproxy run`: SIGHUP re-reads the config.
+
+- A valid new config applies to new connections at once (synchronised on the
+  `event=reload outcome=ok` line).
+- An invalid one is logged (`event=reload outcome=failed error="FILE:LINE: …"`) and the
+  old policy keeps serving — including the parts the broken file would have changed.
+- Open tunnels are never cut by a reload, even one that now denies their host.
+Each test has its own daemon (they rewrite its config).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import origin as originlib
+from proxy_harness import (
+    API,
+    PIN_X,
+    PIN_Y,
+    Tunnel,
+    expect_refusal,
+    make_proxy,  # noqa: F401 (fixture)
+    origins,  # noqa: F401 (fixture)
+    pinned_entry,
+    render_config,
+)
+
+
+def start(make_proxy, origins, pki, **hosts):
+    return make_proxy(
+        proxy={"allow_ports": [origins.api.port]},
+        resolve={API: "127.0.0.1", "www.api.test": "127.0.0.1"},
+        hosts=hosts,
+    )
+
+
+def assert_allowed(proxy, origins, host=API):
+    with Tunnel(proxy, host, origins.api.port) as t:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        cport = t.client_port
+    line = proxy.connection_log(cport)
+    assert line.get("outcome") == "allowed", line.raw
+    return line
+
+
+def test_reload_new_pin(make_proxy, origins, pki):
+    p = start(make_proxy, origins, pki,
+              **{API: {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]}})
+    expect_refusal(p, API, origins.api.port, "pin-mismatch")
+
+    p.hosts[API]["pins"] = [pki.spki("api"), pki.spki("int-a")]
+    p.write_config()
+    line = p.reload()
+    assert line.get("outcome") == "ok", line.raw
+    assert_allowed(p, origins)
+
+
+def insert_into_entry(text: str, pattern: str, new_lines: list[str]) -> tuple[str, int]:
+    """TEXT with NEW_LINES right after the [hosts."PATTERN"] header; the 1-based number of the last one."""
+    lines = text.splitlines()
+    i = lines.index(f'[hosts."{pattern}"]')
+    lines[i + 1:i + 1] = new_lines
+    return "\n".join(lines) + "\n", i + 1 + len(new_lines)
+
+
+@pytest.mark.parametrize("broken", [
+    pytest.param('min_tls = "1.1"', id="bad-value"),
+    pytest.param('revocation = "sometimes"', id="bad-enum"),
+    pytest.param('validate_host = "yes"', id="bad-type"),
+    pytest.param('action = "deny', id="toml-syntax"),
+])
+def test_reload_broken_config_keeps_old_policy(make_proxy, origins, pki, broken):
+    p = start(make_proxy, origins, pki,
+              **{API: pinned_entry(pki, "api", "int-a"),
+                 "www.api.test": {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]}})
+    assert_allowed(p, origins)
+
+    # The broken file would deny api.test and pin www.api.test right, were it applied.
+    changed = {API: {**p.hosts[API], "action": "deny"},
+               "www.api.test": pinned_entry(pki, "api", "int-a")}
+    text, bad_line = insert_into_entry(render_config(p.proxy_keys, p.resolve, p.default, changed), API, [broken])
+    p.write_config(text)
+    line = p.reload()
+    assert line.get("outcome") == "failed", line.raw
+    error = line.get("error", "")
+    locations = [(m.group(1), int(m.group(2))) for m in re.finditer(r"(\S*?pinproxy\.toml):(\d+):", error)]
+    assert locations, f"no FILE:LINE in the reload error: {line.raw}"
+    assert bad_line in [n for _f, n in locations], f"expected line {bad_line} in {line.raw}\n--- config:\n{text}"
+
+    # The old policy is still the one enforced, both ways, and the proxy still serves.
+    assert_allowed(p, origins)
+    expect_refusal(p, "www.api.test", origins.api.port, "pin-mismatch")
+
+    # A fixed file then applies.
+    p.hosts[API]["action"] = "deny"
+    p.write_config()
+    line = p.reload()
+    assert line.get("outcome") == "ok", line.raw
+    expect_refusal(p, API, origins.api.port, "host-denied")
+
+
+def test_open_tunnel_survives_reload(make_proxy, origins, pki):
+    p = start(make_proxy, origins, pki, **{API: pinned_entry(pki, "api", "int-a")})
+    with Tunnel(p, API, origins.api.port) as t:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+
+        p.hosts[API] = {"action": "deny"}
+        p.write_config()
+        assert p.reload().get("outcome") == "ok"
+        expect_refusal(p, API, origins.api.port, "host-denied")  # new connections: new policy
+
+        n = 1 << 20
+        assert t.get(f"/bytes/{n}") == (200, originlib.big_body()[:n])  # the open tunnel: untouched
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        cport = t.client_port
+    closed = p.wait_for_log(lambda l: l.get("event") == "tunnel-closed" and l.get("client") == f"127.0.0.1:{cport}",
+                            what="the surviving tunnel's tunnel-closed line")
+    assert int(closed["bytes_down"]) >= n, closed.raw
+
+
+def test_repeated_reloads(make_proxy, origins, pki):
+    p = start(make_proxy, origins, pki, **{API: pinned_entry(pki, "api", "int-a")})
+    for _ in range(5):
+        assert p.reload().get("outcome") == "ok"
+    assert len([l for l in p.logs() if l.get("event") == "reload"]) == 5
+    assert_allowed(p, origins)

@@ -1,0 +1,95 @@
+"""`pinproxy run`: SIGTERM / SIGINT.
+
+The daemon stops accepting at once, lets open tunnels finish for up to drain_timeout,
+and exits 0: as soon as the last tunnel closes, or when drain_timeout cuts the ones
+still open.  Each test has its own daemon.
+"""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import time
+
+import pytest
+
+import origin as originlib
+from proxy_harness import (
+    API,
+    TIMEOUT,
+    Tunnel,
+    make_proxy,  # noqa: F401 (fixture)
+    origins,  # noqa: F401 (fixture)
+    pinned_entry,
+    poll,
+    port_accepts,
+    read_to_eof,
+)
+
+
+def start(make_proxy, origins, pki, drain: int):
+    return make_proxy(
+        proxy={"allow_ports": [origins.api.port], "drain_timeout": drain},
+        hosts={API: pinned_entry(pki, "api", "int-a")},
+    )
+
+
+def wait_not_accepting(p) -> None:
+    poll(lambda: not port_accepts(p.port), TIMEOUT,
+         what=f"pinproxy to stop accepting on 127.0.0.1:{p.port} after the signal\n{p.describe()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_drains_open_tunnel_then_exits_0(make_proxy, origins, pki, sig):
+    drain = 30
+    p = start(make_proxy, origins, pki, drain)
+    t = Tunnel(p, API, origins.api.port)
+    try:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        p.send_signal(sig)
+        t0 = time.monotonic()
+        wait_not_accepting(p)
+
+        # The open tunnel still carries requests after the signal.
+        n = 1 << 20
+        assert t.get(f"/bytes/{n}") == (200, originlib.big_body()[:n])
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        p.assert_alive("while a tunnel is still open and drain_timeout has not passed")
+        cport = t.client_port
+    finally:
+        t.close()
+    code = p.wait_exit(TIMEOUT)
+    elapsed = time.monotonic() - t0
+    assert code == 0, p.describe()
+    assert elapsed < drain, f"exited {elapsed:.1f}s after the signal: it waited for drain_timeout, not the tunnel"
+    p.wait_for_log(lambda l: l.get("event") == "tunnel-closed" and l.get("client") == f"127.0.0.1:{cport}",
+                   timeout=1, what="the drained tunnel's tunnel-closed line")
+
+
+def test_drain_timeout_cuts_idle_tunnel(make_proxy, origins, pki):
+    drain = 1
+    p = start(make_proxy, origins, pki, drain)
+    with Tunnel(p, API, origins.api.port) as t:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        p.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = p.wait_exit(drain + TIMEOUT)
+        elapsed = time.monotonic() - t0
+        assert code == 0, p.describe()
+        assert elapsed >= drain * 0.8, f"exited {elapsed:.2f}s after SIGTERM, before drain_timeout = {drain}s"
+        assert elapsed < drain + 10, f"exited only {elapsed:.1f}s after SIGTERM (drain_timeout = {drain}s)"
+        # The client's tunnel is gone.
+        try:
+            data, how = read_to_eof(t.tls, TIMEOUT)
+        except (ssl.SSLError, OSError):
+            data = b""
+        assert data == b"", f"data after the cut: {data[:100]!r}"
+
+
+def test_sigterm_without_tunnels_exits_promptly(make_proxy, origins, pki):
+    p = start(make_proxy, origins, pki, 30)
+    t0 = time.monotonic()
+    code = p.stop(signal.SIGTERM, timeout=TIMEOUT)
+    assert code == 0, p.describe()
+    assert time.monotonic() - t0 < 10, "idle daemon took long to exit on SIGTERM"
+    assert not port_accepts(p.port)
