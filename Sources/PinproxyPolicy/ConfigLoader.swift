@@ -419,7 +419,10 @@ private struct Loader {
     mutating func parseHosts(_ table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry] {
         var entries: [PolicyEntry] = []
         var seen: [HostPattern: String] = [:]  // pattern -> the key that first wrote it
-        for (key, value) in table {
+        // In file order, so that a duplicate is reported where it is written second.
+        let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }.map(\.0)
+        for key in keys {
+            guard let value = table[key] else { continue }
             let keyPath = ["hosts", key]
             let name = Self.display(keyPath)
             guard let entryTable = value.table else {
