@@ -435,6 +435,8 @@ private struct Loader {
             }
             if let first = seen[pattern] {
                 error(keyPath, "\(name) is the same pattern as \(Self.display(["hosts", first])) (line \(index.line(of: ["hosts", first]))) once normalised")
+                // Its own problems are reported too, so that one run shows them all.
+                _ = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy)
                 continue
             }
             seen[pattern] = key
