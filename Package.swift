@@ -10,6 +10,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
     ],
     targets: [
         // OpenSSL 3 and libevent, found with pkg-config.
@@ -46,6 +47,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // systemd integration (notify, socket activation, journald priorities) and metrics.
+        .target(
+            name: "PinproxyService",
+            dependencies: [
+                "PinproxyInterop", "PinproxyPolicy",
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
         .executableTarget(
             name: "pinproxy",
             dependencies: [
@@ -56,6 +65,10 @@ let package = Package(
         .testTarget(
             name: "PinproxyPolicyTests",
             dependencies: ["PinproxyPolicy", "PinproxyInterop"]
+        ),
+        .testTarget(
+            name: "PinproxyServiceTests",
+            dependencies: ["PinproxyService", "PinproxyInterop", "PinproxyPolicy"]
         ),
     ]
 )

@@ -1,0 +1,131 @@
+import Glibc
+import Foundation
+// Not used directly. CPinproxyShims.h includes <sys/socket.h>: when a compile job of this module
+// has loaded that C module, it owns the `SOCK_STREAM` constant and Glibc no longer provides it,
+// so a file naming `SOCK_STREAM` must import it too (or the build fails depending on batching).
+import CPinproxyShims
+
+/// Why the sockets a service manager passed (`LISTEN_FDS`) cannot be used.
+public enum InheritedSocketsError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// `LISTEN_PID` or `LISTEN_FDS` is not a positive decimal number.
+    case malformed(variable: String, value: String)
+    /// More descriptors than any sane unit passes (a guard against a corrupt count).
+    case tooMany(Int)
+    /// Descriptor `fd` is not open.
+    case notOpen(fd: Int32)
+    /// Descriptor `fd` is open but not a listening `SOCK_STREAM` socket.
+    case notListeningStream(fd: Int32)
+    /// A system call failed on `fd`.
+    case system(call: String, fd: Int32, errno: Int32)
+
+    public var description: String {
+        switch self {
+        case .malformed(let variable, let value):
+            return "\(variable)='\(value)' is not a positive number"
+        case .tooMany(let count):
+            return "LISTEN_FDS=\(count) is more than \(InheritedSockets.maximumCount) descriptors"
+        case .notOpen(let fd):
+            return "inherited descriptor \(fd) is not open"
+        case .notListeningStream(let fd):
+            return "inherited descriptor \(fd) is not a listening stream socket"
+        case .system(let call, let fd, let code):
+            return "\(call) on inherited descriptor \(fd): \(String(cString: strerror(code)))"
+        }
+    }
+}
+
+/// Socket activation (`sd_listen_fds(3)`) without libsystemd: the listening sockets a service
+/// manager opened for this process are descriptors `3 ..< 3 + LISTEN_FDS`, and are meant for
+/// this process only when `LISTEN_PID` is its pid.
+public enum InheritedSockets {
+    /// The first passed descriptor (`SD_LISTEN_FDS_START`).
+    public static let firstDescriptor: Int32 = 3
+    /// A bound on `LISTEN_FDS`, far above what any unit passes.
+    public static let maximumCount = 1024
+    /// The variables the protocol uses; `take` removes them from the environment.
+    public static let variables = ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"]
+
+    /// The pure half: which descriptors `environment` passes to process `pid`.
+    /// Returns `[]` when `LISTEN_FDS` or `LISTEN_PID` is absent or `LISTEN_PID` names another
+    /// process (the variables were inherited, not meant for us). Checks nothing about the
+    /// descriptors themselves.
+    public static func parse(environment: [String: String], pid: Int32) throws(InheritedSocketsError) -> [Int32] {
+        guard let pidText = environment["LISTEN_PID"], let countText = environment["LISTEN_FDS"] else {
+            return []
+        }
+        guard let listenPID = Int32(pidText), listenPID > 0 else {
+            throw .malformed(variable: "LISTEN_PID", value: pidText)
+        }
+        guard listenPID == pid else { return [] }
+        guard let count = Int(countText), count >= 0 else {
+            throw .malformed(variable: "LISTEN_FDS", value: countText)
+        }
+        guard count <= maximumCount else { throw .tooMany(count) }
+        return (0..<Int32(count)).map { firstDescriptor + $0 }
+    }
+
+    /// Reads this process's `LISTEN_*` variables, unsets them (so no child inherits them, as
+    /// `sd_listen_fds(1)` does, whatever the outcome), checks that every passed descriptor is an
+    /// open, listening `SOCK_STREAM` socket, and sets `FD_CLOEXEC` on each.
+    ///
+    /// - Returns: the descriptors, in order (`[]` when the process was not socket-activated).
+    ///   The caller owns them.
+    public static func take() throws(InheritedSocketsError) -> [Int32] {
+        let environment = ProcessInfo.processInfo.environment
+        for name in variables { unsetenv(name) }
+        let descriptors = try parse(environment: environment, pid: getpid())
+        // Close-on-exec first, on every descriptor, so none leaks even when one is invalid.
+        var firstError: InheritedSocketsError?
+        for fd in descriptors {
+            do throws(InheritedSocketsError) {
+                try setCloseOnExec(fd)
+            } catch {
+                firstError = firstError ?? error
+            }
+        }
+        for fd in descriptors where firstError == nil {
+            do throws(InheritedSocketsError) {
+                try validateListening(fd)
+            } catch {
+                firstError = error
+            }
+        }
+        if let firstError { throw firstError }
+        return descriptors
+    }
+
+    /// Throws unless `fd` is an open, listening `SOCK_STREAM` socket.
+    public static func validateListening(_ fd: Int32) throws(InheritedSocketsError) {
+        var status = stat()
+        guard fstat(fd, &status) == 0 else {
+            if errno == EBADF { throw .notOpen(fd: fd) }
+            throw .system(call: "fstat", fd: fd, errno: errno)
+        }
+        guard status.st_mode & S_IFMT == S_IFSOCK else { throw .notListeningStream(fd: fd) }
+        guard intOption(fd, SO_TYPE) == Int32(SOCK_STREAM.rawValue),
+              intOption(fd, SO_ACCEPTCONN) == 1 else {
+            throw .notListeningStream(fd: fd)
+        }
+    }
+
+    /// Sets `FD_CLOEXEC` on `fd`, keeping its other descriptor flags.
+    static func setCloseOnExec(_ fd: Int32) throws(InheritedSocketsError) {
+        let flags = fcntl(fd, F_GETFD)
+        guard flags >= 0 else {
+            if errno == EBADF { throw .notOpen(fd: fd) }
+            throw .system(call: "fcntl(F_GETFD)", fd: fd, errno: errno)
+        }
+        if flags & FD_CLOEXEC != 0 { return }
+        guard fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0 else {
+            throw .system(call: "fcntl(F_SETFD)", fd: fd, errno: errno)
+        }
+    }
+
+    /// An `SOL_SOCKET` integer option, or nil when it cannot be read.
+    private static func intOption(_ fd: Int32, _ option: Int32) -> Int32? {
+        var value: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, option, &value, &length) == 0 else { return nil }
+        return value
+    }
+}

@@ -1,0 +1,255 @@
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+import Prometheus
+import Synchronization
+
+/// The daemon's Prometheus metrics, exposed on `/metrics` when `metrics_listen` is set.
+///
+/// Owns a `PrometheusCollectorRegistry` (swift-prometheus), which renders the text exposition
+/// format. Series:
+///
+/// | name | type | labels |
+/// | --- | --- | --- |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse), `reason` (a refusal token, or `none`) |
+/// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
+/// | `pinproxy_open_tunnels` | gauge | |
+/// | `pinproxy_relayed_bytes_total` | counter | `direction` (client_to_upstream, upstream_to_client) |
+/// | `pinproxy_upstream_handshake_seconds` | histogram | |
+/// | `pinproxy_verification_seconds` | histogram | |
+/// | `pinproxy_config_reloads_total` | counter | `result` (ok, failed) |
+/// | `pinproxy_pin_expiry_days` | gauge | `host_pattern`: days until the entry's earliest pinned certificate or `expires` runs out (negative once past) |
+///
+/// Labels are bounded: `host_pattern` is always a configured pattern (`default` for the
+/// `[default]` entry, `-` before any entry applies), never a requested host name.
+///
+/// Thread safety: every method may be called from any thread at any time, concurrently — the
+/// daemon's event loops each call it. swift-prometheus's registry, `Counter`, `Gauge` and
+/// `Histogram` are `Sendable` and lock or use atomics internally; the one piece of state this
+/// class adds (the pin-expiry gauges by pattern) is behind a `Mutex`.
+public final class ProxyMetrics: Sendable {
+    /// What happened to one client connection.
+    public enum ConnectionOutcome: String, Sendable, CaseIterable {
+        case allowed
+        case refused
+        /// `enforce = false`: allowed, but the entry would have refused.
+        case wouldRefuse = "would_refuse"
+    }
+
+    /// The `Content-Type` of `render()`: the Prometheus text format.
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    /// The registry, for a caller that wants to add its own series.
+    public let registry: PrometheusCollectorRegistry
+
+    private let openTunnels: Gauge
+    private let bytesToUpstream: Counter
+    private let bytesToClient: Counter
+    private let handshakeSeconds: ValueHistogram
+    private let verificationSeconds: ValueHistogram
+    private let pinExpiryGauges = Mutex<[String: Gauge]>([:])
+
+    private enum Name {
+        static let connections = "pinproxy_connections_total"
+        static let refusals = "pinproxy_refusals_total"
+        static let openTunnels = "pinproxy_open_tunnels"
+        static let relayedBytes = "pinproxy_relayed_bytes_total"
+        static let handshake = "pinproxy_upstream_handshake_seconds"
+        static let verification = "pinproxy_verification_seconds"
+        static let reloads = "pinproxy_config_reloads_total"
+        static let pinExpiry = "pinproxy_pin_expiry_days"
+    }
+
+    private enum Help {
+        static let connections = "Client connections by outcome and refusal reason."
+        static let refusals = "Refusals (and report-only would-refuse decisions) by host pattern and reason."
+        static let openTunnels = "Tunnels currently open."
+        static let relayedBytes = "Bytes relayed through tunnels, by direction."
+        static let handshake = "Upstream TLS handshake duration in seconds."
+        static let verification = "Certificate chain, host and pin verification duration in seconds."
+        static let reloads = "Configuration reloads by result."
+        static let pinExpiry = "Days until the entry's earliest pinned certificate or expires date runs out."
+    }
+
+    /// Upstream handshakes: a few ms on a LAN to seconds across the world.
+    public static let handshakeBuckets: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+    /// Verification is local CPU work (plus CRL/OCSP checks already in memory).
+    public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
+
+    /// Creates the series on a new registry (or `registry`); counters that should read 0 from the
+    /// first scrape (reloads, bytes, allowed connections) are created at once.
+    public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
+        self.registry = registry
+        openTunnels = registry.makeGauge(name: Name.openTunnels, help: Help.openTunnels)
+        bytesToUpstream = registry.makeCounter(name: Name.relayedBytes, labels: [("direction", "client_to_upstream")],
+                                               help: Help.relayedBytes)
+        bytesToClient = registry.makeCounter(name: Name.relayedBytes, labels: [("direction", "upstream_to_client")],
+                                             help: Help.relayedBytes)
+        handshakeSeconds = registry.makeValueHistogram(name: Name.handshake, buckets: Self.handshakeBuckets,
+                                                       help: Help.handshake)
+        verificationSeconds = registry.makeValueHistogram(name: Name.verification, buckets: Self.verificationBuckets,
+                                                          help: Help.verification)
+        _ = reloadCounter(ok: true)
+        _ = reloadCounter(ok: false)
+        _ = connectionCounter(.allowed, reason: nil)
+    }
+
+    // MARK: Connections and refusals
+
+    /// Counts one client connection's outcome; `reason` is nil for a plain allow.
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
+        connectionCounter(outcome, reason: reason).increment()
+    }
+
+    /// Counts a verdict's outcome (allow, refuse, report-only).
+    public func connection(_ outcome: Verdict.Outcome) {
+        switch outcome {
+        case .allow: connection(outcome: .allowed, reason: nil)
+        case .refuse(let reason): connection(outcome: .refused, reason: reason)
+        case .reportOnly(let reason): connection(outcome: .wouldRefuse, reason: reason)
+        }
+    }
+
+    /// Counts a refusal against the entry that decided it (`hostPattern`: see
+    /// `patternLabel(for:)`); `reportOnly` for an `enforce = false` entry's would-refuse.
+    public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false) {
+        registry.makeCounter(
+            name: Name.refusals,
+            labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
+                     ("mode", reportOnly ? "report_only" : "enforce")],
+            help: Help.refusals
+        ).increment()
+    }
+
+    /// The `host_pattern` label for an entry: its pattern as written and normalised, `default`
+    /// for `[default]`.
+    public static func patternLabel(for entry: PolicyEntry) -> String {
+        entry.pattern?.description ?? "default"
+    }
+
+    /// The label for a refusal decided before any entry applied (bad request, say).
+    public static let noPatternLabel = "-"
+
+    // MARK: Tunnels
+
+    /// A tunnel opened (after both handshakes).
+    public func tunnelOpened() {
+        openTunnels.increment()
+    }
+
+    /// Adds relayed bytes while a tunnel is open, so long tunnels show up before they close.
+    public func relayed(bytesUp: UInt64, bytesDown: UInt64) {
+        if bytesUp > 0 { bytesToUpstream.increment(by: Int64(clamping: bytesUp)) }
+        if bytesDown > 0 { bytesToClient.increment(by: Int64(clamping: bytesDown)) }
+    }
+
+    /// A tunnel closed, having relayed `bytesUp` (client to upstream) and `bytesDown` (upstream
+    /// to client) not yet reported through `relayed(bytesUp:bytesDown:)`.
+    public func tunnelClosed(bytesUp: UInt64, bytesDown: UInt64) {
+        openTunnels.decrement()
+        relayed(bytesUp: bytesUp, bytesDown: bytesDown)
+    }
+
+    // MARK: Latency
+
+    /// One upstream TLS handshake took `seconds`.
+    public func handshakeLatency(_ seconds: Double) {
+        handshakeSeconds.record(seconds)
+    }
+
+    /// One verification (chain, host, pins, revocation) took `seconds`.
+    public func verificationLatency(_ seconds: Double) {
+        verificationSeconds.record(seconds)
+    }
+
+    /// One upstream TLS handshake took `duration`.
+    public func handshakeLatency(_ duration: Duration) {
+        handshakeLatency(Self.seconds(duration))
+    }
+
+    /// One verification took `duration`.
+    public func verificationLatency(_ duration: Duration) {
+        verificationLatency(Self.seconds(duration))
+    }
+
+    // MARK: Reloads and pins
+
+    /// A SIGHUP reload finished: `ok` when the new config replaced the old one.
+    public func reload(ok: Bool) {
+        reloadCounter(ok: ok).increment()
+    }
+
+    /// Replaces the pin-expiry series with `entries`: a pattern no longer listed is removed.
+    /// Call at startup and after each successful reload (and daily, so the days count down),
+    /// typically with `pinExpiryEntries(in:now:)`.
+    public func setPinExpiry(entries: [(pattern: String, days: Double)]) {
+        pinExpiryGauges.withLock { gauges in
+            var next: [String: Gauge] = [:]
+            for (pattern, days) in entries {
+                let gauge = gauges[pattern] ?? registry.makeGauge(
+                    name: Name.pinExpiry, labels: [("host_pattern", pattern)], help: Help.pinExpiry)
+                gauge.set(days)
+                next[pattern] = gauge
+            }
+            for (pattern, gauge) in gauges where next[pattern] == nil {
+                registry.unregisterGauge(gauge)
+            }
+            gauges = next
+        }
+    }
+
+    /// For every pinned entry of `table` (pins or pinned certificates, `[default]` included),
+    /// the days from `now` until the earliest of its pinned certificates' `notAfter` and its
+    /// `expires` date. An entry pinning only digests, without `expires`, has no such date and is
+    /// left out.
+    public static func pinExpiryEntries(in table: PolicyTable, now: Date = Date()) -> [(pattern: String, days: Double)] {
+        ([table.defaultEntry] + table.entries).compactMap { entry in
+            let policy = entry.policy
+            guard !policy.pins.isEmpty || !policy.pinnedCertificates.isEmpty else { return nil }
+            let dates = policy.pinnedCertificates.map(\.notAfter) + [policy.pinsExpireAt].compactMap { $0 }
+            guard let earliest = dates.min() else { return nil }
+            return (patternLabel(for: entry), earliest.timeIntervalSince(now) / 86_400)
+        }
+    }
+
+    // MARK: Exposition
+
+    /// The Prometheus text exposition of every series.
+    public func render() -> String {
+        registry.emitToString()
+    }
+
+    /// `/metrics` (this object's `render()`) and `/healthz` (200 `ok` while `healthy()`, else
+    /// 503), for `AdminHTTPServer`.
+    public func adminRoutes(healthy: @escaping @Sendable () -> Bool = { true }) -> [String: AdminHTTPHandler] {
+        [
+            "/metrics": { [self] in
+                AdminHTTPResponse(status: 200, contentType: Self.contentType, body: self.render())
+            },
+            "/healthz": {
+                healthy()
+                    ? AdminHTTPResponse(status: 200, contentType: "text/plain; charset=utf-8", body: "ok\n")
+                    : AdminHTTPResponse(status: 503, contentType: "text/plain; charset=utf-8", body: "unhealthy\n")
+            },
+        ]
+    }
+
+    // MARK: Private
+
+    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?) -> Counter {
+        registry.makeCounter(
+            name: Name.connections,
+            labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")],
+            help: Help.connections
+        )
+    }
+
+    private func reloadCounter(ok: Bool) -> Counter {
+        registry.makeCounter(name: Name.reloads, labels: [("result", ok ? "ok" : "failed")], help: Help.reloads)
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

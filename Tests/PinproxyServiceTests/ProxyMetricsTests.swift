@@ -1,0 +1,180 @@
+import Foundation
+import XCTest
+import PinproxyInterop
+import PinproxyPolicy
+import PinproxyService
+
+final class ProxyMetricsTests: XCTestCase {
+    func testFreshMetricsParseAndReadZero() throws {
+        let samples = try PrometheusParser.parse(ProxyMetrics().render())
+        XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
+        XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_count"), 0)
+        XCTAssertEqual(samples.value("pinproxy_verification_seconds_count"), 0)
+    }
+
+    func testEverySeriesParsesWithItsTypeHelpAndValue() throws {
+        let metrics = ProxyMetrics()
+        metrics.connection(outcome: .allowed, reason: nil)
+        metrics.connection(.allow)
+        metrics.connection(.refuse(.pinMismatch))
+        metrics.connection(.reportOnly(.hostnameMismatch))
+        metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
+        metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
+        metrics.refusal(hostPattern: "*.cdn.example.com", reason: .hostnameMismatch, reportOnly: true)
+        metrics.refusal(hostPattern: #"odd "quoted" \ pattern"#, reason: .hostDenied)
+        metrics.tunnelOpened()
+        metrics.tunnelOpened()
+        metrics.tunnelOpened()
+        metrics.relayed(bytesUp: 100, bytesDown: 0)
+        metrics.tunnelClosed(bytesUp: 1_000, bytesDown: 20_000)
+        metrics.handshakeLatency(0.04)
+        metrics.handshakeLatency(.milliseconds(300))
+        metrics.verificationLatency(0.0007)
+        metrics.reload(ok: true)
+        metrics.reload(ok: true)
+        metrics.reload(ok: false)
+        metrics.setPinExpiry(entries: [(pattern: "api.example.com", days: 41.5), (pattern: "old.example.com", days: -2)])
+
+        let samples = try PrometheusParser.parse(metrics.render())
+
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total",
+                                     ["outcome": "would_refuse", "reason": "hostname-mismatch"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_refusals_total",
+                                     ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_refusals_total",
+                                     ["host_pattern": "*.cdn.example.com", "reason": "hostname-mismatch",
+                                      "mode": "report_only"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_refusals_total",
+                                     ["host_pattern": #"odd "quoted" \ pattern"#, "reason": "host-denied", "mode": "enforce"]), 1,
+                       "label escaping did not round-trip")
+        XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 2)
+        XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), 1_100)
+        XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 20_000)
+        XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_count"), 2)
+        XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_upstream_handshake_seconds_sum")), 0.34, accuracy: 1e-9)
+        XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_bucket", ["le": "0.05"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_bucket", ["le": "0.5"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_bucket", ["le": "+Inf"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_verification_seconds_bucket", ["le": "0.0005"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_verification_seconds_bucket", ["le": "0.001"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "api.example.com"]), 41.5)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "old.example.com"]), -2)
+
+        let types = Dictionary(samples.map { ($0.family, $0.type) }, uniquingKeysWith: { first, _ in first })
+        XCTAssertEqual(types["pinproxy_connections"], "counter")
+        XCTAssertEqual(types["pinproxy_refusals"], "counter")
+        XCTAssertEqual(types["pinproxy_relayed_bytes"], "counter")
+        XCTAssertEqual(types["pinproxy_config_reloads"], "counter")
+        XCTAssertEqual(types["pinproxy_open_tunnels"], "gauge")
+        XCTAssertEqual(types["pinproxy_pin_expiry_days"], "gauge")
+        XCTAssertEqual(types["pinproxy_upstream_handshake_seconds"], "histogram")
+        XCTAssertEqual(types["pinproxy_verification_seconds"], "histogram")
+        XCTAssertTrue(samples.allSatisfy { !$0.help.isEmpty }, "a family without HELP")
+    }
+
+    func testSetPinExpiryReplacesTheSeries() throws {
+        let metrics = ProxyMetrics()
+        metrics.setPinExpiry(entries: [(pattern: "a.test", days: 10), (pattern: "b.test", days: 20)])
+        metrics.setPinExpiry(entries: [(pattern: "b.test", days: 19)])
+        var samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertNil(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "a.test"]))
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "b.test"]), 19)
+
+        metrics.setPinExpiry(entries: [])
+        samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertFalse(samples.contains { $0.name == "pinproxy_pin_expiry_days" })
+        metrics.setPinExpiry(entries: [(pattern: "a.test", days: 3)])
+        samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "a.test"]), 3)
+    }
+
+    /// Event loops on several threads call one `ProxyMetrics`: no update may be lost.
+    func testConcurrentUpdatesAreAllCounted() throws {
+        let metrics = ProxyMetrics()
+        let threads = 8, iterations = 2_000
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            for i in 0..<iterations {
+                metrics.connection(outcome: .refused, reason: .pinMismatch)
+                metrics.refusal(hostPattern: "p\(thread % 2).test", reason: .pinMismatch)
+                metrics.tunnelOpened()
+                metrics.tunnelClosed(bytesUp: 1, bytesDown: 2)
+                metrics.handshakeLatency(0.01)
+                if i % 500 == 0 { metrics.setPinExpiry(entries: [(pattern: "x.test", days: Double(i))]) }
+            }
+        }
+        let total = Double(threads * iterations)
+        let samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch"]), total)
+        XCTAssertEqual(samples.value("pinproxy_refusals_total",
+                                     ["host_pattern": "p0.test", "reason": "pin-mismatch", "mode": "enforce"]), total / 2)
+        XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
+        XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), total)
+        XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 2 * total)
+        XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_count"), total)
+    }
+
+    /// Days until the earliest pinned certificate or `expires`, from a real loaded config.
+    func testPinExpiryEntriesFromAConfig() throws {
+        let directory = try TemporaryDirectory()
+        let openssl = try XCTUnwrap(findExecutable("openssl"), "openssl CLI needed to make a test certificate")
+        let made = try runProcess(openssl, [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", directory.path + "/leaf.key", "-out", directory.path + "/leaf.pem",
+            "-days", "10", "-subj", "/CN=internal.example.test",
+            "-addext", "subjectAltName=DNS:internal.example.test",
+        ])
+        XCTAssertEqual(made.status, 0, made.stderr)
+        let certificate = try XCTUnwrap(Certificate.parseAll(Array(try Data(contentsOf: URL(fileURLWithPath: directory.path + "/leaf.pem")))).first)
+        let pinA = Pin(digest: [UInt8](repeating: 1, count: 32)).description
+        let pinB = Pin(digest: [UInt8](repeating: 2, count: 32)).description
+        let text = """
+            [default]
+            action = "verify"
+
+            [hosts."api.example.com"]
+            pin = "public-key"
+            pins = ["\(pinA)", "\(pinB)"]
+            expires = 2031-01-01
+
+            [hosts."internal.example.test"]
+            trust = "pinned"
+            pin = "certificate"
+            certificates = ["leaf.pem"]
+
+            [hosts."*.cdn.example.com"]
+            pin = "public-key"
+            pins = ["\(pinA)", "\(pinB)"]
+
+            [hosts."tracker.example.com"]
+            action = "deny"
+            """
+        let now = Date()
+        let config = try ConfigLoader.load(text: text, path: directory.path + "/pinproxy.toml",
+                                           directory: directory.path, now: now)
+        let entries = ProxyMetrics.pinExpiryEntries(in: config.policies, now: now)
+        let byPattern = Dictionary(uniqueKeysWithValues: entries.map { ($0.pattern, $0.days) })
+
+        // Digests only, no expires: nothing runs out. Deny and [default]: nothing pinned.
+        XCTAssertEqual(Set(byPattern.keys), ["api.example.com", "internal.example.test"])
+        let expiresAt = ISO8601DateFormatter().date(from: "2031-01-02T00:00:00Z")!
+        XCTAssertEqual(try XCTUnwrap(byPattern["api.example.com"]), expiresAt.timeIntervalSince(now) / 86_400, accuracy: 1e-6)
+        XCTAssertEqual(try XCTUnwrap(byPattern["internal.example.test"]),
+                       certificate.notAfter.timeIntervalSince(now) / 86_400, accuracy: 1e-6)
+        XCTAssertEqual(try XCTUnwrap(byPattern["internal.example.test"]), 10, accuracy: 0.01)
+
+        let metrics = ProxyMetrics()
+        metrics.setPinExpiry(entries: entries)
+        let samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "internal.example.test"])),
+                       10, accuracy: 0.01)
+    }
+}

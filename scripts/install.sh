@@ -1,0 +1,88 @@
+#!/bin/sh
+# Installs pinproxy as a systemd service:
+#   - builds the release binary (swift build -c release) and installs it as
+#     $PREFIX/bin/pinproxy (PREFIX defaults to /usr/local);
+#   - installs systemd/pinproxy.service and systemd/pinproxy.socket into
+#     /etc/systemd/system/;
+#   - installs config/pinproxy.toml as /etc/pinproxy/pinproxy.toml unless that
+#     file already exists (an existing config is never overwritten);
+#   - prints the systemctl commands that enable it. It runs no systemctl itself.
+#
+# Environment:
+#   DESTDIR=/tmp/stage      stage everything under this root instead of /
+#                           (no root needed, nothing outside it is touched)
+#   PREFIX=/usr/local       where bin/pinproxy goes; the unit's ExecStart follows
+#   PINPROXY_BINARY=path    install this binary instead of building one
+#
+# Re-running it upgrades the binary and the units and keeps the config.
+set -eu
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+destdir=${DESTDIR:-}
+prefix=${PREFIX:-/usr/local}
+unitdir=/etc/systemd/system
+confdir=/etc/pinproxy
+
+case $prefix in
+    /*) ;;
+    *) echo "install.sh: PREFIX must be an absolute path, not '$prefix'" >&2; exit 2 ;;
+esac
+if [ -n "$destdir" ]; then
+    case $destdir in
+        /*) ;;
+        *) destdir=$(pwd)/$destdir ;;
+    esac
+fi
+if [ -z "$destdir" ] && [ "$(id -u)" -ne 0 ]; then
+    echo "install.sh: installing into / needs root (or set DESTDIR= to stage elsewhere)" >&2
+    exit 1
+fi
+
+# 1. The binary.
+if [ -n "${PINPROXY_BINARY:-}" ]; then
+    binary=$PINPROXY_BINARY
+else
+    echo "==> swift build -c release --product pinproxy"
+    (cd "$repo" && swift build -c release --product pinproxy)
+    binary=$(cd "$repo" && swift build -c release --show-bin-path)/pinproxy
+fi
+if [ ! -x "$binary" ]; then
+    echo "install.sh: no executable pinproxy at $binary" >&2
+    exit 1
+fi
+echo "==> $destdir$prefix/bin/pinproxy"
+install -d -m 0755 "$destdir$prefix/bin"
+install -m 0755 "$binary" "$destdir$prefix/bin/pinproxy"
+
+# 2. The units (ExecStart names the installed binary).
+echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket"
+install -d -m 0755 "$destdir$unitdir"
+sed "s#^ExecStart=/usr/local/bin/pinproxy #ExecStart=$prefix/bin/pinproxy #" \
+    "$repo/systemd/pinproxy.service" > "$destdir$unitdir/pinproxy.service.tmp"
+chmod 0644 "$destdir$unitdir/pinproxy.service.tmp"
+mv -f "$destdir$unitdir/pinproxy.service.tmp" "$destdir$unitdir/pinproxy.service"
+install -m 0644 "$repo/systemd/pinproxy.socket" "$destdir$unitdir/pinproxy.socket"
+
+# 3. A starter config, only when there is none.
+install -d -m 0755 "$destdir$confdir"
+if [ -e "$destdir$confdir/pinproxy.toml" ]; then
+    echo "==> keeping existing $destdir$confdir/pinproxy.toml"
+else
+    echo "==> $destdir$confdir/pinproxy.toml (starter config)"
+    install -m 0644 "$repo/config/pinproxy.toml" "$destdir$confdir/pinproxy.toml"
+fi
+
+cat <<EOF
+
+Installed. To start pinproxy now and at every boot:
+
+    systemctl daemon-reload && systemctl enable --now pinproxy
+
+Then point clients at it:  HTTPS_PROXY=http://127.0.0.1:3128
+Edit $confdir/pinproxy.toml, check it with
+'$prefix/bin/pinproxy check --config $confdir/pinproxy.toml',
+and apply it with 'systemctl reload pinproxy'.
+EOF
+if [ -n "$destdir" ]; then
+    echo "(staged under $destdir: copy the tree to / before running systemctl)"
+fi
