@@ -43,7 +43,7 @@ let package = Package(
         .target(
             name: "PinproxyProxy",
             dependencies: [
-                "PinproxyPolicy", "PinproxyInterop",
+                "PinproxyPolicy", "PinproxyInterop", "PinproxyService",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -58,7 +58,7 @@ public enum AdminHTTPServerError: Error, Equatable, Sendable, CustomStringConver
 /// `deinit`, after `evhttp_free` guarantees no callback can use it any more.
 ///
 /// Threading: libevent calls handlers on the thread running the base. Create the server before
-/// or on that thread, and release it on that thread or after the loop has stopped; the base
+/// or on that thread, and release it on that thread or after the loop has stopped; the loop
 /// must outlive the server.
 public final class AdminHTTPServer: @unchecked Sendable {
     /// The owned `struct evhttp *`.
@@ -71,17 +71,17 @@ public final class AdminHTTPServer: @unchecked Sendable {
     public let boundPort: UInt16
 
     /// Starts listening on `host:port` (an IP literal without brackets: `127.0.0.1`, `::1`;
-    /// port 0 picks a free port, see `boundPort`) on the libevent `event_base` `base`.
-    /// Requests are served once the base runs.
+    /// port 0 picks a free port, see `boundPort`) on `loop`. Requests are served once the
+    /// loop runs.
     public init(
-        base: OpaquePointer,
+        loop: EventLoop,
         host: String,
         port: UInt16,
         routes: [String: AdminHTTPHandler],
         timeoutSeconds: Int32 = 10
     ) throws(AdminHTTPServerError) {
         guard let address = IPAddress(host), !host.hasPrefix("[") else { throw .notAnIPAddress(host) }
-        guard let http = evhttp_new(base) else { throw .createFailed }
+        guard let http = evhttp_new(loop.base) else { throw .createFailed }
         errno = 0
         guard let bound = evhttp_bind_socket_with_handle(http, address.description, port) else {
             let code = errno
@@ -196,49 +196,5 @@ public final class AdminHTTPServer: @unchecked Sendable {
             default: return "Status"
             }
         }
-    }
-}
-
-/// An `event_base` with its own thread, for tests of code that needs a running base (the
-/// daemon's `EventLoop` plays this part in production).
-final class ScratchEventBase: @unchecked Sendable {
-    let base: OpaquePointer
-    private let finished = DispatchSemaphore(value: 0)
-    private var started = false
-
-    init() {
-        _ = Self.threadingEnabled
-        base = event_base_new()!
-    }
-
-    /// libevent's pthread locking, so another thread may break the loop.
-    private static let threadingEnabled: Bool = evthread_use_pthreads() == 0
-
-    /// Runs the base on a new thread until `stop()`.
-    func start() {
-        precondition(!started, "started twice")
-        started = true
-        let thread = Thread { [self] in
-            _ = event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY)
-            finished.signal()
-        }
-        thread.name = "scratch-event-base"
-        thread.start()
-    }
-
-    /// Breaks the loop and waits for its thread to return.
-    func stop() {
-        guard started else { return }
-        started = false
-        // A break requested before the loop starts is cleared when it starts: repeat until
-        // the thread has returned.
-        repeat {
-            event_base_loopbreak(base)
-        } while finished.wait(timeout: .now() + .milliseconds(20)) == .timedOut
-    }
-
-    deinit {
-        stop()
-        event_base_free(base)
     }
 }

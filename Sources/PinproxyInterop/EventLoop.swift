@@ -45,9 +45,10 @@ public final class EventLoop: @unchecked Sendable {
         event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY)
     }
 
-    /// Ends `run` after the current callbacks; safe from any thread.
+    /// Ends `run` after the current callbacks; safe from any thread, and also before `run`
+    /// has started (the request waits on the loop's queue).
     public func stop() {
-        event_base_loopbreak(base)
+        post { [self] in event_base_loopbreak(base) }
     }
 
     /// Runs `work` on this loop's thread; safe from any thread.

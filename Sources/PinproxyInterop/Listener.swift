@@ -23,13 +23,20 @@ public final class Listener {
         }
     }
 
-    /// Accepts on an already listening socket (socket activation); the listener owns `socket`.
+    /// Accepts on a duplicate of an already listening socket (socket activation), so that every
+    /// loop can accept on it; the caller keeps, and eventually closes, `socket` itself.
     public init(loop: EventLoop, listeningSocket socket: Int32, onAccept: @escaping (Int32, SocketAddress?) -> Void) throws {
         self.onAccept = onAccept
+        let copy = fcntl(socket, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else {
+            throw ListenerError(message: "cannot duplicate inherited socket \(socket): \(String(cString: strerror(errno)))")
+        }
+        evutil_make_socket_nonblocking(copy)
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC)
         let context = Unmanaged.passUnretained(self).toOpaque()
-        handle = evconnlistener_new(loop.base, Listener.callback, context, flags, 0, socket)
+        handle = evconnlistener_new(loop.base, Listener.callback, context, flags, 0, copy)
         guard handle != nil else {
+            Glibc.close(copy)
             throw ListenerError(message: "cannot accept on inherited socket \(socket): \(String(cString: strerror(errno)))")
         }
     }

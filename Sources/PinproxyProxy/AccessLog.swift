@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PinproxyPolicy
+import PinproxyService
 
 /// pinproxy's log: one line per event on stderr, as logfmt or JSON, with constant field
 /// names. Connection decisions are logged once, by `ClientConnection.logDecision`.
@@ -16,7 +17,8 @@ public struct AccessLog: Sendable {
 
     /// A log writing `format` lines to stderr.
     public init(format: ProxySettings.LogFormat) {
-        logger = Logger(label: "pinproxy") { _ in LineLogHandler(format: format) }
+        let prefixer = SyslogPrefixer.detect()
+        logger = Logger(label: "pinproxy") { _ in LineLogHandler(format: format, prefixer: prefixer) }
     }
 
     /// Writes one event line.
@@ -28,8 +30,11 @@ public struct AccessLog: Sendable {
 }
 
 /// Formats swift-log records as single logfmt or JSON lines and writes each with one write.
+/// Under journald each line starts with its syslog priority: `<6>` allowed connections and
+/// lifecycle, `<4>` refusals and report-only, `<3>` daemon errors.
 struct LineLogHandler: LogHandler {
     let format: ProxySettings.LogFormat
+    let prefixer: SyslogPrefixer
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
 
@@ -45,7 +50,7 @@ struct LineLogHandler: LogHandler {
         for key in values.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
             fields.append((key, "\(values[key]!)"))
         }
-        let line = format == .json ? Self.json(fields) : Self.logfmt(fields)
+        let line = prefixer.format(format == .json ? Self.json(fields) : Self.logfmt(fields), priority: Self.priority(event.level))
         FileHandle.standardError.write(Data((line + "\n").utf8))
     }
 
@@ -55,6 +60,16 @@ struct LineLogHandler: LogHandler {
         case .info, .notice: return "info"
         case .warning: return "warning"
         case .error, .critical: return "error"
+        }
+    }
+
+    static func priority(_ level: Logger.Level) -> SyslogPriority {
+        switch level {
+        case .trace, .debug: return .debug
+        case .info, .notice: return .info
+        case .warning: return .warning
+        case .error: return .error
+        case .critical: return .critical
         }
     }
 

@@ -36,8 +36,6 @@ final class ClientConnection {
     var connector: TCPConnector?
 
     var handshakeStarted: Date?
-    var handshakeSeconds: TimeInterval?
-    var verificationSeconds: TimeInterval?
     var resumed = false
     var relayStarted: Date?
     var lastActivity: TimeInterval = 0

@@ -1,10 +1,13 @@
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 /// `pinproxy run`: starts one worker per core, then waits on the control loop for signals.
 /// SIGHUP reloads the config (a bad one is logged and the old policy stays); SIGTERM and
-/// SIGINT stop accepting and let open tunnels finish within `drain_timeout`.
+/// SIGINT stop accepting and let open tunnels finish within `drain_timeout`. Under systemd it
+/// speaks the notify protocol (READY, RELOADING, STOPPING, WATCHDOG, STATUS) and accepts on
+/// the sockets passed in LISTEN_FDS; `metrics_listen` serves /metrics and /healthz.
 public final class Daemon {
     private let configPath: String?
     private let shared: SharedState
@@ -14,6 +17,9 @@ public final class Daemon {
     private var signals: [SignalWatcher] = []
     private var drainTimer: PinproxyInterop.Timer?
     private let reloadQueue = DispatchQueue(label: "pinproxy.reload")
+    private let notifier = SystemdNotifier()
+    private var adminServer: AdminHTTPServer?
+    private var housekeeping: [PinproxyInterop.Timer] = []
 
     /// Prepares the daemon: opens (or creates) the local CA and binds every listener.
     public init(configPath: String?, config: Config) throws {
@@ -22,13 +28,25 @@ public final class Daemon {
         let log = AccessLog(format: config.proxy.logFormat)
         let caDirectory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
-        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log)
+        let metrics = ProxyMetrics()
+        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics)
         ignoreBrokenPipe()
+        let inherited = try InheritedSockets.take()
+        defer { inherited.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
         for _ in 0..<count {
             let worker = Worker(shared: shared)
-            try worker.listen(on: config.proxy.listen)
+            if inherited.isEmpty { try worker.listen(on: config.proxy.listen) } else { try worker.listen(onInherited: inherited) }
             workers.append(worker)
+        }
+        if !inherited.isEmpty {
+            log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
+        }
+        metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
+        if let metricsListen = config.proxy.metricsListen {
+            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: metrics.adminRoutes(healthy: { [shared] in
+                !shared.draining.load(ordering: .relaxed)
+            }))
         }
         for warning in config.warnings {
             log.emit(.warning, "config-warning", [(.config, config.path), (.warning, warning.description)])
@@ -45,14 +63,42 @@ public final class Daemon {
         for address in workers.first?.boundAddresses ?? [] {
             shared.log.emit(.info, "listening", [(.address, address.description)])
         }
+        if let adminServer {
+            shared.log.emit(.info, "metrics-listening", [(.address, "\(SocketAddress(address: IPAddress(adminServer.host)!, port: adminServer.boundPort))")])
+        }
         signals = [
             SignalWatcher(loop: control, signal: SIGHUP) { [unowned self] in self.reload() },
             SignalWatcher(loop: control, signal: SIGTERM) { [unowned self] in self.drain("SIGTERM") },
             SignalWatcher(loop: control, signal: SIGINT) { [unowned self] in self.drain("SIGINT") },
         ]
+        startHousekeeping()
+        notifier.ready(status: statusLine())
         control.run()
         shared.log.emit(.info, "stopped", [(.detail, "open tunnels at exit: \(shared.openTunnels.load(ordering: .relaxed))")])
         return 0
+    }
+
+    /// The one-line STATUS= for systemd.
+    private func statusLine() -> String { Self.status(shared) }
+
+    private static func status(_ shared: SharedState) -> String {
+        "\(shared.policy.config.policies.entries.count) host entries, \(shared.openTunnels.load(ordering: .relaxed)) open tunnels, \(shared.openConnections.load(ordering: .relaxed)) connections"
+    }
+
+    /// Watchdog pings, STATUS= updates, and the daily countdown of pin-expiry days.
+    private func startHousekeeping() {
+        if let interval = notifier.watchdogInterval {
+            let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
+            housekeeping.append(PinproxyInterop.Timer(loop: control, after: seconds, repeats: true) { [notifier] in notifier.watchdog() })
+        }
+        if notifier.isEnabled {
+            housekeeping.append(PinproxyInterop.Timer(loop: control, after: 5, repeats: true) { [unowned self] in
+                self.notifier.status(self.statusLine())
+            })
+        }
+        housekeeping.append(PinproxyInterop.Timer(loop: control, after: 3_600, repeats: true) { [shared] in
+            shared.metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: shared.policy.config.policies))
+        })
     }
 
     /// Re-reads and checks the config off the loops; a valid one replaces the snapshot for new
@@ -62,10 +108,14 @@ public final class Daemon {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
             return
         }
-        reloadQueue.async { [shared, settings] in
+        notifier.reloading()
+        reloadQueue.async { [shared, settings, notifier] in
+            defer { notifier.ready(status: "reloaded; " + Self.status(shared)) }
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
                 shared.policy.replace(with: config)
+                shared.metrics.reload(ok: true)
+                shared.metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
                 // Sessions admitted under a policy this reload changed are never resumed.
                 let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.policy.fingerprint))
                 shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
@@ -78,6 +128,7 @@ public final class Daemon {
                     shared.log.emit(.warning, "reload", [(.detail, "listen, ca_dir, workers and log_format take effect at the next start")])
                 }
             } catch {
+                shared.metrics.reload(ok: false)
                 shared.log.emit(.error, "reload", [(.outcome, "failed"), (.config, configPath),
                                                    (.error, error.diagnostics.map(\.description).joined(separator: " | ")),
                                                    (.detail, "the previous policy stays in force")])
@@ -88,6 +139,8 @@ public final class Daemon {
     /// Stops accepting, then stops the loops once no connection is open or `drain_timeout` passed.
     private func drain(_ signal: String) {
         guard drainTimer == nil else { return }
+        shared.draining.store(true, ordering: .relaxed)
+        notifier.stopping(status: "draining \(shared.openConnections.load(ordering: .relaxed)) connections")
         shared.log.emit(.info, "draining", [(.detail, "\(signal): no new connections; \(shared.openConnections.load(ordering: .relaxed)) open, up to \(formatSeconds(settings.drainTimeout))")])
         for worker in workers { worker.stopAccepting() }
         let deadline = Date().addingTimeInterval(settings.drainTimeout)

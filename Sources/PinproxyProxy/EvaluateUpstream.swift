@@ -8,11 +8,11 @@ extension ClientConnection {
     /// saves the handshake, never a check.
     func evaluateUpstream() {
         guard let (host, port) = target, let entry, let upstream else { return }
-        handshakeSeconds = handshakeStarted.map { Date().timeIntervalSince($0) }
+        if let handshakeStarted { worker.shared.metrics.handshakeLatency(Date().timeIntervalSince(handshakeStarted)) }
         let presentation = TrustEvaluator.Presentation(chain: upstream.peerCertificateChain, ocspStaple: upstream.ocspStaple)
         let started = Date()
         let verdict = TrustEvaluator.evaluate(presentation, host: host, port: port, entry: entry, at: Date())
-        verificationSeconds = Date().timeIntervalSince(started)
+        worker.shared.metrics.verificationLatency(Date().timeIntervalSince(started))
         guard verdict.allowsConnection else {
             if upstream.sessionReused, let sessionKey { worker.shared.sessions.remove(sessionKey) }
             return refuse(verdict: verdict)

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 extension ClientConnection {
     /// Steps 7–8 (allowed): log the decision, answer 200, then terminate the client's TLS with a
@@ -16,6 +17,12 @@ extension ClientConnection {
             detail = "would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict)
+        if let reason = verdict.reason {
+            worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason)
+            worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true)
+        } else {
+            worker.shared.metrics.connection(outcome: .allowed, reason: nil)
+        }
 
         phase = .clientHandshake
         sendConnectionEstablished()

@@ -67,8 +67,12 @@ extension ClientConnection {
         guard moved > 0 else { return }
         lastActivity = worker.loop.now
         switch direction {
-        case .up: bytesUp += moved
-        case .down: bytesDown += moved
+        case .up:
+            bytesUp += moved
+            worker.shared.metrics.relayed(bytesUp: UInt64(moved), bytesDown: 0)
+        case .down:
+            bytesDown += moved
+            worker.shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(moved))
         }
         if sink.outputLength >= config.proxy.relayBufferBytes { source.setReading(false) }
     }

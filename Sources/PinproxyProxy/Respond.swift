@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 extension RefusalReason {
     /// The HTTP status a refusal for this reason carries.
@@ -42,6 +43,8 @@ extension ClientConnection {
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?) {
         guard phase != .closing, phase != .relaying else { return }
         logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason)
+        worker.shared.metrics.refusal(hostPattern: entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         upstream?.close()
         upstream = nil
         teardownPhase()

@@ -1,6 +1,7 @@
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 import Synchronization
 
 /// State every worker shares: the policy snapshot, the local CA, the TLS contexts, the log
@@ -11,21 +12,32 @@ final class SharedState: Sendable {
     let upstreamTLS: TLSClientContext
     let interceptTLS: TLSServerContext
     let log: AccessLog
+    let metrics: ProxyMetrics
     /// Upstream sessions for resumption, keyed by `ClientConnection.sessionKey`.
     let sessions = TLSSessionCache()
     let openConnections = Atomic<Int>(0)
     let openTunnels = Atomic<Int>(0)
+    /// Set at SIGTERM: /healthz then reports 503.
+    let draining = Atomic<Bool>(false)
 
-    init(policy: PolicyState, localCA: LocalCA, log: AccessLog) throws {
+    init(policy: PolicyState, localCA: LocalCA, log: AccessLog, metrics: ProxyMetrics) throws {
         self.policy = policy
         self.localCA = localCA
         self.log = log
+        self.metrics = metrics
         upstreamTLS = try TLSClientContext()
         interceptTLS = try TLSServerContext()
     }
 
-    func tunnelOpened() { openTunnels.add(1, ordering: .relaxed) }
-    func tunnelClosed() { openTunnels.subtract(1, ordering: .relaxed) }
+    func tunnelOpened() {
+        openTunnels.add(1, ordering: .relaxed)
+        metrics.tunnelOpened()
+    }
+
+    func tunnelClosed() {
+        openTunnels.subtract(1, ordering: .relaxed)
+        metrics.tunnelClosed(bytesUp: 0, bytesDown: 0)
+    }
 }
 
 /// Step 1: one event loop on its own thread, with its own listeners (SO_REUSEPORT, so the

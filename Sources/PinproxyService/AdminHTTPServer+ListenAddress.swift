@@ -2,12 +2,12 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension AdminHTTPServer {
-    /// Listens on a config address (`proxy.metrics_listen`) on the event base `base`.
+    /// Listens on a config address (`proxy.metrics_listen`) on `loop`.
     public convenience init(
-        base: OpaquePointer,
+        loop: EventLoop,
         listen: ListenAddress,
         routes: [String: AdminHTTPHandler]
     ) throws(AdminHTTPServerError) {
-        try self.init(base: base, host: listen.address.description, port: listen.port, routes: routes)
+        try self.init(loop: loop, host: listen.address.description, port: listen.port, routes: routes)
     }
 }

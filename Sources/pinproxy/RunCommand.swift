@@ -25,7 +25,8 @@ struct RunCommand: ParsableCommand {
         do {
             daemon = try Daemon(configPath: options.config, config: config)
         } catch {
-            printError("pinproxy: cannot start: \(error)")
+            // Through the log, so that journald records it as an error (<3>).
+            AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "\(error)")])
             throw ExitCode(1)
         }
         throw ExitCode(daemon.run())

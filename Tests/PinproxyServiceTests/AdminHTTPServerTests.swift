@@ -7,14 +7,14 @@ import PinproxyService
 final class AdminHTTPServerTests: XCTestCase {
     /// A real event base on its own thread, a real evhttp listener, real sockets.
     func testServesMetricsAndHealthz() throws {
-        let loop = ScratchEventBase()
+        let loop = RunningLoop()
         let metrics = ProxyMetrics()
         metrics.connection(.refuse(.pinMismatch))
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
         metrics.tunnelOpened()
         final class Health: @unchecked Sendable { var ok = true }
         let health = Health()
-        var server: AdminHTTPServer? = try AdminHTTPServer(base: loop.base, host: "127.0.0.1", port: 0,
+        var server: AdminHTTPServer? = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: 0,
                                                           routes: metrics.adminRoutes(healthy: { health.ok }))
         let port = try XCTUnwrap(server?.boundPort)
         XCTAssertNotEqual(port, 0)
@@ -61,21 +61,21 @@ final class AdminHTTPServerTests: XCTestCase {
     }
 
     func testBindConflictIsAnErrorAndDeinitFreesTheListenerAndTheRoutes() throws {
-        let loop = ScratchEventBase()
+        let loop = RunningLoop()
         final class Token: Sendable {}
         weak var weakToken: Token?
         var first: AdminHTTPServer?
         do {
             let token = Token()
             weakToken = token
-            first = try AdminHTTPServer(base: loop.base, host: "127.0.0.1", port: 0, routes: [
+            first = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: 0, routes: [
                 "/token": { _ = token; return AdminHTTPResponse(status: 200, contentType: "text/plain", body: "t") },
             ])
         }
         let port = try XCTUnwrap(first?.boundPort)
         XCTAssertNotNil(weakToken, "the server must keep its routes alive")
 
-        XCTAssertThrowsError(try AdminHTTPServer(base: loop.base, host: "127.0.0.1", port: port, routes: [:])) { error in
+        XCTAssertThrowsError(try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: port, routes: [:])) { error in
             XCTAssertEqual(error as? AdminHTTPServerError, .bindFailed(host: "127.0.0.1", port: port, errno: EADDRINUSE))
         }
 
@@ -87,23 +87,23 @@ final class AdminHTTPServerTests: XCTestCase {
         // released exactly once (the captured token is gone; an extra release would crash).
         first = nil
         XCTAssertNil(weakToken, "the routing table leaked")
-        let again = try AdminHTTPServer(base: loop.base, host: "127.0.0.1", port: port, routes: [:])
+        let again = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: port, routes: [:])
         XCTAssertEqual(again.boundPort, port)
     }
 
     func testManyServersCreatedAndFreed() throws {
-        let loop = ScratchEventBase()
+        let loop = RunningLoop()
         for _ in 0..<50 {
-            let server = try AdminHTTPServer(base: loop.base, host: "127.0.0.1", port: 0, routes: [:])
+            let server = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: 0, routes: [:])
             XCTAssertNotEqual(server.boundPort, 0)
         }
     }
 
     func testIPv6Loopback() throws {
-        let loop = ScratchEventBase()
+        let loop = RunningLoop()
         let server: AdminHTTPServer
         do {
-            server = try AdminHTTPServer(base: loop.base, host: "::1", port: 0, routes: [:])
+            server = try AdminHTTPServer(loop: loop.loop, host: "::1", port: 0, routes: [:])
         } catch {
             throw XCTSkip("no IPv6 loopback here: \(error)")
         }
@@ -112,9 +112,9 @@ final class AdminHTTPServerTests: XCTestCase {
     }
 
     func testHostMustBeAnIPLiteral() {
-        let loop = ScratchEventBase()
+        let loop = RunningLoop()
         for host in ["256.1.1.1", "localhost", "[::1]", ""] {
-            XCTAssertThrowsError(try AdminHTTPServer(base: loop.base, host: host, port: 0, routes: [:])) { error in
+            XCTAssertThrowsError(try AdminHTTPServer(loop: loop.loop, host: host, port: 0, routes: [:])) { error in
                 XCTAssertEqual(error as? AdminHTTPServerError, .notAnIPAddress(host))
             }
         }

@@ -45,23 +45,21 @@ final class JournalTests: XCTestCase {
         XCTAssertFalse(SyslogPrefixer.detect(environment: [:]).enabled)
     }
 
-    func testPrioritiesByKind() {
-        XCTAssertEqual(LogEventKind.refused.priority.prefix, "<4>")
-        XCTAssertEqual(LogEventKind.wouldRefuse.priority.prefix, "<4>")
-        XCTAssertEqual(LogEventKind.allowed.priority.prefix, "<6>")
-        XCTAssertEqual(LogEventKind.daemonError.priority.prefix, "<3>")
-        XCTAssertEqual(LogEventKind.lifecycle.priority.prefix, "<5>")
+    func testPriorityPrefixes() {
+        XCTAssertEqual(SyslogPriority.warning.prefix, "<4>")
+        XCTAssertEqual(SyslogPriority.info.prefix, "<6>")
+        XCTAssertEqual(SyslogPriority.error.prefix, "<3>")
     }
 
     func testPrefixingOnlyUnderJournald() {
         let journal = SyslogPrefixer(enabled: true)
         let plain = SyslogPrefixer(enabled: false)
         let line = #"decision=refuse host=api.example.com reason=pin-mismatch"#
-        XCTAssertEqual(journal.format(line, kind: .refused), "<4>" + line)
-        XCTAssertEqual(journal.format("decision=allow host=a.test", kind: .allowed), "<6>decision=allow host=a.test")
-        XCTAssertEqual(journal.format("reload failed", kind: .daemonError), "<3>reload failed")
-        XCTAssertEqual(plain.format(line, kind: .refused), line)
-        XCTAssertEqual(journal.format("one\ntwo\n", kind: .wouldRefuse), "<4>one\n<4>two\n")
+        XCTAssertEqual(journal.format(line, priority: .warning), "<4>" + line)
+        XCTAssertEqual(journal.format("decision=allow host=a.test", priority: .info), "<6>decision=allow host=a.test")
+        XCTAssertEqual(journal.format("reload failed", priority: .error), "<3>reload failed")
+        XCTAssertEqual(plain.format(line, priority: .warning), line)
+        XCTAssertEqual(journal.format("one\ntwo\n", priority: .warning), "<4>one\n<4>two\n")
         XCTAssertEqual(journal.format("x", priority: .debug), "<7>x")
     }
 }

@@ -1,6 +1,7 @@
 import Glibc
 import Foundation
 import XCTest
+import PinproxyInterop
 
 // Plain-socket helpers for the tests: the receiving end of the notify protocol, listening
 // sockets, an HTTP GET client and subprocesses. Every wait is a poll(2) with a deadline.
@@ -231,3 +232,29 @@ func findExecutable(_ names: String...) -> String? {
 /// The repository root (this file is Tests/PinproxyServiceTests/TestSupport.swift).
 let repositoryRoot: String = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+/// An `EventLoop` running on its own thread, for tests of code that needs a running loop.
+final class RunningLoop: @unchecked Sendable {
+    let loop = EventLoop()
+    private let finished = DispatchSemaphore(value: 0)
+    private var started = false
+
+    /// Runs the loop on a new thread until `stop()`.
+    func start() {
+        precondition(!started, "started twice")
+        started = true
+        let thread = Thread { [loop, finished] in
+            loop.run()
+            finished.signal()
+        }
+        thread.start()
+    }
+
+    /// Stops the loop and waits for its thread to return.
+    func stop() {
+        guard started else { return }
+        started = false
+        loop.stop()
+        finished.wait()
+    }
+}
