@@ -3,6 +3,7 @@ import Foundation
 import COpenSSL
 import CLibevent
 import CPinproxyShims
+import Synchronization
 
 /// One libevent `event_base`, run by one thread. Objects created on a loop (timers, buffer
 /// events, listeners, DNS) must be used on that loop's thread only; `post` is the one
@@ -130,6 +131,32 @@ extension timeval {
     init(_ interval: TimeInterval) {
         let whole = max(0, interval.rounded(.down))
         self.init(tv_sec: Int(whole), tv_usec: Int((max(0, interval) - whole) * 1_000_000))
+    }
+}
+
+/// Where libevent's own diagnostics go (resolver complaints and the like): by default libevent
+/// prints them to stderr, which would break one-event-per-line logs.
+public enum EventLibraryLog {
+    /// libevent's severities, mapped.
+    public enum Severity: Sendable {
+        case debug, info, warning, error
+    }
+
+    private static let handler = Mutex<(@Sendable (Severity, String) -> Void)?>(nil)
+
+    /// Sends every libevent diagnostic to `handler` (process-wide).
+    public static func route(to handler: @escaping @Sendable (Severity, String) -> Void) {
+        self.handler.withLock { $0 = handler }
+        event_set_log_callback { severity, message in
+            let text = message.map { String(cString: $0) } ?? ""
+            let mapped: Severity = switch severity {
+            case EVENT_LOG_DEBUG: .debug
+            case EVENT_LOG_MSG: .info
+            case EVENT_LOG_WARN: .warning
+            default: .error
+            }
+            EventLibraryLog.handler.withLock { $0 }?(mapped, text)
+        }
     }
 }
 

@@ -31,6 +31,14 @@ public final class Daemon {
         let metrics = ProxyMetrics()
         shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics)
         ignoreBrokenPipe()
+        EventLibraryLog.route { [log] severity, message in
+            switch severity {
+            case .debug: break
+            case .info: log.emit(.info, "libevent", [(.detail, message)])
+            case .warning: log.emit(.warning, "libevent", [(.detail, message)])
+            case .error: log.emit(.error, "libevent", [(.detail, message)])
+            }
+        }
         let inherited = try InheritedSockets.take()
         defer { inherited.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
