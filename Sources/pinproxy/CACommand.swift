@@ -14,13 +14,7 @@ struct CACommand: ParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() throws {
-        let config: Config
-        do {
-            config = try options.load()
-        } catch {
-            for diagnostic in error.diagnostics { printError(diagnostic.description) }
-            throw ExitCode(1)
-        }
+        let config = try options.loadOrExit()
         do {
             let ca = try LocalCA.openOrCreate(directory: config.proxy.caDirectory ?? LocalCA.defaultDirectory())
             print(ca.certificatePath)

@@ -15,13 +15,8 @@ struct CheckCommand: ParsableCommand {
     static let listedEntries = 20
 
     func run() throws {
-        let config: Config
-        do {
-            config = try options.load()
-        } catch {
-            for diagnostic in error.diagnostics { printError(diagnostic.description) }
-            printError("\(options.config ?? ConfigLoader.embeddedPath): \(error.diagnostics.count) error(s); the config is rejected")
-            throw ExitCode(1)
+        let config = try options.loadOrExit { [options] error in
+            "\(options.config ?? ConfigLoader.embeddedPath): \(error.diagnostics.count) error(s); the config is rejected"
         }
         let entries = config.policies.entries
         let pinned = entries.filter { $0.policy.pinKind != .none }

@@ -11,4 +11,16 @@ struct ConfigOption: ParsableArguments {
         if let config { return try ConfigLoader.load(path: config) }
         return try ConfigLoader.loadEmbedded()
     }
+
+    /// Loads the config, or prints every problem as `FILE:LINE: message` (then `closing`, if
+    /// given) and exits with `status`.
+    func loadOrExit(status: Int32 = 1, closing: ((ConfigError) -> String)? = nil) throws -> Config {
+        do {
+            return try load()
+        } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            if let closing { printError(closing(error)) }
+            throw ExitCode(status)
+        }
+    }
 }

@@ -13,14 +13,7 @@ struct RunCommand: ParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() throws {
-        let config: Config
-        do {
-            config = try options.load()
-        } catch {
-            for diagnostic in error.diagnostics { printError(diagnostic.description) }
-            printError("pinproxy: the config is rejected; not starting")
-            throw ExitCode(1)
-        }
+        let config = try options.loadOrExit { _ in "pinproxy: the config is rejected; not starting" }
         let daemon: Daemon
         do {
             daemon = try Daemon(configPath: options.config, config: config)
