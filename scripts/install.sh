@@ -42,6 +42,7 @@ fi
 if [ -n "${PINPROXY_BINARY:-}" ]; then
     binary=$PINPROXY_BINARY
 else
+    "$repo/scripts/setup"
     echo "==> swift build -c release --product pinproxy"
     (cd "$repo" && swift build -c release --product pinproxy)
     binary=$(cd "$repo" && swift build -c release --show-bin-path)/pinproxy
