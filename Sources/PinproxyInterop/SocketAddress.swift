@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import CPinproxyShims
 
 /// An IP address and port as a C `sockaddr_in` / `sockaddr_in6`.
 public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {

@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import CPinproxyShims
 import COpenSSL
 import CLibevent
 

@@ -96,7 +96,7 @@ private struct Loader {
     /// `hosts."api.test".pins` or `proxy.listen`.
     static func display(_ keyPath: [String]) -> String {
         keyPath.map { key in
-            key.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") } ? key : "\"\(key)\""
+            !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) ? key : "\"\(key)\""
         }.joined(separator: ".")
     }
 
@@ -112,7 +112,7 @@ private struct Loader {
     // MARK: Typed values
 
     mutating func typeError(_ keyPath: [String], _ value: TOMLValueConvertible, expected: String) {
-        error(keyPath, "\(Self.display(keyPath)) must be \(expected), not a \(value.type)")
+        error(keyPath, "\(Self.display(keyPath)) must be \(expected), not \(withArticle(value.type))")
     }
 
     mutating func string(_ value: TOMLValueConvertible, _ keyPath: [String]) -> String? {
@@ -160,7 +160,7 @@ private struct Loader {
         var result: [String] = []
         for element in array {
             guard let string = element.string else {
-                error(keyPath, "\(Self.display(keyPath)) must be an array of strings, and holds a \(element.type)")
+                error(keyPath, "\(Self.display(keyPath)) must be an array of strings, and holds \(withArticle(element.type))")
                 return nil
             }
             result.append(string)
@@ -419,6 +419,8 @@ private struct Loader {
     mutating func parseHosts(_ table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry] {
         var entries: [PolicyEntry] = []
         var seen: [HostPattern: String] = [:]  // pattern -> the key that first wrote it
+        seen.reserveCapacity(table.count)
+        entries.reserveCapacity(table.count)
         // In file order, so that a duplicate is reported where it is written second.
         let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }.map(\.0)
         for key in keys {
@@ -639,6 +641,12 @@ private struct Loader {
             }
         }
     }
+}
+
+/// "an integer", "a string".
+private func withArticle(_ type: TOMLType) -> String {
+    let name = "\(type)"
+    return ("aeiou".contains(name.first ?? "x") ? "an " : "a ") + name
 }
 
 /// Levenshtein distance, for "did you mean" hints on unknown keys.

@@ -50,7 +50,7 @@ block_private_destinations = true
 # "dual.internal.test" = ["127.0.0.1", "::1"]
 
 [default]
-# The policy for hosts that no [hosts."..."] entry matches. TargetHost entries do not
+# The policy for hosts that no [hosts."..."] entry matches. Host entries do not
 # inherit from it: a key an entry leaves out takes the default shown below.
 action = "verify"
 trust = "system"
@@ -82,7 +82,7 @@ trust = "system"
 #                    | "ocsp-staple" (the server must staple a valid OCSP response)
 # crls               ["crl/issuer.crl"]: CRL files (PEM or DER), with revocation = "crl".
 #
-# TargetHost patterns: an exact name, "*.example.com" (exactly one more label), or an IP literal.
+# Host patterns: an exact name, "*.example.com" (exactly one more label), or an IP literal.
 # Precedence: exact > "*." > include_subdomains (longest suffix) > [default].
 
 # [hosts."api.example.com"]
@@ -104,5 +104,6 @@ trust = "system"
 #
 # [hosts."tracker.example.com"]
 # action = "deny"
+
 """#
 }

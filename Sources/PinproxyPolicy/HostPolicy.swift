@@ -109,8 +109,9 @@ public struct HostPolicy: Sendable {
     }
 }
 
-/// One entry of the policy table, with where it was written.
-public struct PolicyEntry: Sendable {
+/// One entry of the policy table, with where it was written. A class, so that the table's
+/// indexes share one copy of each entry.
+public final class PolicyEntry: Sendable {
     /// nil for `[default]`.
     public let pattern: HostPattern?
     /// The table name as written in the config: `default` or `hosts."api.example.com"`.

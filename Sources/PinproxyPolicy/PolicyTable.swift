@@ -15,6 +15,7 @@ public struct PolicyTable: Sendable {
     public init(defaultEntry: PolicyEntry, entries: [PolicyEntry]) {
         self.defaultEntry = defaultEntry
         self.entries = entries
+        exact.reserveCapacity(entries.count)
         for entry in entries {
             switch entry.pattern {
             case .exact(let name):

@@ -34,22 +34,34 @@ public enum TargetHost: Hashable, Sendable, CustomStringConvertible {
     /// Lower-cases and validates a DNS name: labels of 1–63 letters, digits and inner hyphens,
     /// at most 253 characters, not all-numeric in its last label (that would be a bad IP).
     static func normaliseName(_ text: String) -> String? {
-        var name = text.lowercased()
-        if name.hasSuffix(".") { name.removeLast() }
-        guard !name.isEmpty, name.utf8.count <= 253 else { return nil }
-        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
-        for label in labels {
-            guard isLDHLabel(label) else { return nil }
+        var bytes = Array(text.utf8)
+        if bytes.last == UInt8(ascii: ".") { bytes.removeLast() }
+        guard !bytes.isEmpty, bytes.count <= 253 else { return nil }
+        var labelStart = 0
+        var labelAllDigits = true
+        for index in 0...bytes.count {
+            if index == bytes.count || bytes[index] == UInt8(ascii: ".") {
+                let length = index - labelStart
+                guard (1...63).contains(length), bytes[labelStart] != UInt8(ascii: "-"),
+                      bytes[index - 1] != UInt8(ascii: "-") else { return nil }
+                if index == bytes.count && labelAllDigits { return nil }
+                labelStart = index + 1
+                labelAllDigits = true
+                continue
+            }
+            switch bytes[index] {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"):
+                bytes[index] += 0x20
+                labelAllDigits = false
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"):
+                labelAllDigits = false
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                break
+            default:
+                return nil
+            }
         }
-        if labels.last!.allSatisfy({ $0.isASCII && $0.isNumber }) { return nil }
-        return name
-    }
-
-    static func isLDHLabel(_ label: Substring) -> Bool {
-        guard (1...63).contains(label.utf8.count), label.first != "-", label.last != "-" else { return false }
-        return label.utf8.allSatisfy { byte in
-            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39) || byte == 0x2D
-        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 

@@ -39,6 +39,13 @@ public final class Daemon {
             case .error: log.emit(.error, "libevent", [(.detail, message)])
             }
         }
+        // Signal handlers first: a signal that arrives once the port accepts must never find the
+        // default action (death). Until the control loop runs, signals wait in libevent's queue.
+        signals = [
+            SignalWatcher(loop: control, signal: SIGHUP) { [unowned self] in self.reload() },
+            SignalWatcher(loop: control, signal: SIGTERM) { [unowned self] in self.drain("SIGTERM") },
+            SignalWatcher(loop: control, signal: SIGINT) { [unowned self] in self.drain("SIGINT") },
+        ]
         let inherited = try InheritedSockets.take()
         defer { inherited.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
@@ -74,11 +81,6 @@ public final class Daemon {
         if let adminServer {
             shared.log.emit(.info, "metrics-listening", [(.address, "\(SocketAddress(address: IPAddress(adminServer.host)!, port: adminServer.boundPort))")])
         }
-        signals = [
-            SignalWatcher(loop: control, signal: SIGHUP) { [unowned self] in self.reload() },
-            SignalWatcher(loop: control, signal: SIGTERM) { [unowned self] in self.drain("SIGTERM") },
-            SignalWatcher(loop: control, signal: SIGINT) { [unowned self] in self.drain("SIGINT") },
-        ]
         startHousekeeping()
         notifier.ready(status: statusLine())
         control.run()
