@@ -168,3 +168,34 @@ extension Array where Element == UInt8 {
         return false
     }
 }
+
+extension Certificate {
+    /// Whether this (CA) certificate's name constraints, if any, permit the DNS name `host`.
+    /// OpenSSL checks constraints against the names a certificate carries, so a leaf whose
+    /// `*.example.com` covers an excluded `bar.example.com` passes verification; this checks the
+    /// host the client actually asked for, with OpenSSL's own matcher, on a stand-in
+    /// certificate that names only that host.
+    public func nameConstraintsPermit(dnsName host: String) -> Bool {
+        guard let raw = X509_get_ext_d2i(handle, NID_name_constraints, nil, nil) else { return true }
+        let constraints = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
+        defer { NAME_CONSTRAINTS_free(constraints) }
+        guard let probe = X509_new(), X509_set_version(probe, 2) == 1 else { return false }
+        defer { X509_free(probe) }
+        var context = X509V3_CTX()
+        X509V3_set_ctx(&context, probe, probe, nil, nil, 0)
+        guard let altName = X509V3_EXT_conf_nid(nil, &context, NID_subject_alt_name, "DNS:" + host) else {
+            _ = drainErrorQueue()
+            return false
+        }
+        defer { X509_EXTENSION_free(altName) }
+        guard X509_add_ext(probe, altName, -1) == 1 else {
+            _ = drainErrorQueue()
+            return false
+        }
+        // Fills the extension cache NAME_CONSTRAINTS_check reads; its verdict on the stand-in
+        // (no key, no signature) does not matter.
+        _ = X509_check_purpose(probe, -1, 0)
+        _ = drainErrorQueue()
+        return NAME_CONSTRAINTS_check(probe, constraints) == X509_V_OK
+    }
+}

@@ -58,8 +58,8 @@ public struct ChainVerification: Sendable {
 }
 
 extension TrustStore {
-    /// Builds and verifies a chain for `leaf` with X509_verify_cert: purpose TLS server, the
-    /// given time, partial chains when this store accepts them, and the leaf checked against
+    /// Builds and verifies a chain for `leaf` with X509_verify_cert: purpose TLS server,
+    /// security level 2, the given time, partial chains when this store accepts them, and the leaf checked against
     /// `crls` when given. Verification goes on past each problem so that all are reported.
     public func verify(
         leaf: Certificate,
@@ -93,6 +93,8 @@ extension TrustStore {
         let parameters = X509_STORE_CTX_get0_param(context)
         X509_VERIFY_PARAM_set_flags(parameters, flags)
         X509_VERIFY_PARAM_set_purpose(parameters, X509_PURPOSE_SSL_SERVER)
+        // Security level 2: no RSA, DSA or DH key under 2048 bits, no EC key under 224 bits.
+        X509_VERIFY_PARAM_set_auth_level(parameters, 2)
         X509_VERIFY_PARAM_set_time(parameters, time_t(time.timeIntervalSince1970.rounded(.down)))
 
         let collector = ProblemCollector()

@@ -22,8 +22,8 @@ public enum TrustEvaluator {
     /// 1. `action = "deny"` → host-denied; a port outside `ports` → port-denied;
     ///    `allow-insecure` → allow with no further check.
     /// 2. The chain, built and verified by OpenSSL to the entry's anchors at `time` (purpose TLS
-    ///    server, partial chains for listed and pinned anchors, the entry's CRLs); skipped
-    ///    under `trust = "none"`.
+    ///    server, security level 2, partial chains for listed and pinned anchors, the entry's
+    ///    CRLs), and the host against every CA's name constraints; skipped under `trust = "none"`.
     /// 3. A required OCSP staple.
     /// 4. The host against the leaf's subjectAltName (DNS, or IP for IP literals).
     /// 5. The pins against the verified chain, any position (only the leaf under `trust = "none"`),
@@ -78,6 +78,14 @@ public enum TrustEvaluator {
             verified = verification.chain
             for problem in verification.problems {
                 failures.append(.init(reason(for: problem.kind), problem.description))
+            }
+            // Name constraints bind the host itself, not just the names the leaf carries (a
+            // wildcard may cover an excluded name). A host the leaf does not name at all is a
+            // hostname-mismatch, reported below.
+            if policy.validateHost, case .name(let name) = host, leaf.matchesHostName(name) {
+                for issuer in verified.dropFirst() where !issuer.nameConstraintsPermit(dnsName: name) {
+                    failures.append(.init(.untrustedChain, "the name constraints of \(issuer.subject) do not permit \(name)"))
+                }
             }
         } else {
             verified = [leaf]
