@@ -332,11 +332,8 @@ def fetch_direct(origin: TLSOrigin, path: str, cafile: str | Path, server_hostna
     import http.client
 
     ctx = ssl.create_default_context(cafile=str(cafile))
-    conn = http.client.HTTPSConnection(
-        origin.url_host.strip("[]"), origin.port, context=ctx, timeout=30
-    )
-    # http.client uses the connection host as SNI and for the hostname check; wrap by hand
-    # so the name checked is SERVER_HOSTNAME while the TCP target stays loopback.
+    # TLS by hand, so the name sent and checked is SERVER_HOSTNAME while TCP goes to loopback.
+    conn = http.client.HTTPConnection(origin.address, origin.port, timeout=30)
     raw = socket.create_connection((origin.address, origin.port), timeout=30)
     conn.sock = ctx.wrap_socket(raw, server_hostname=server_hostname)
     try:

@@ -12,11 +12,8 @@ One daemon serves the whole module.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import subprocess
-import sys
-import urllib.error
 
 import pytest
 from cryptography import x509
@@ -25,8 +22,6 @@ import origin as originlib
 from proxy_harness import (
     API,
     ESTABLISHED,
-    STDLIB_CONNECT_VERSION,
-    TIMEOUT,
     Tunnel,
     clean_env,
     connect,
@@ -40,6 +35,7 @@ from proxy_harness import (
     run_curl,
     san_of,
     sha256,
+    stdlib,
     stdlib_https_get,
     urllib_get,
 )
@@ -101,23 +97,6 @@ def test_curl_http11_only(proxy, origins, curl):
     r = run_curl(curl, proxy, url(origins.api, "/small"), "--http1.1")
     assert r.exit == 0 and r.http_code == 200, r
     assert r.body == originlib.SMALL_BODY
-
-
-# Python's own clients.  Before Python 3.12, http.client's set_tunnel (and so urllib and
-# urllib3/requests) sends `CONNECT host:port HTTP/1.0`, which the contract answers with
-# 400 bad-request: these tests then fail, on purpose, and say so.
-STDLIB_NOTE = (f"this Python ({sys.version.split()[0]}) sends CONNECT ... {STDLIB_CONNECT_VERSION}; "
-               "the contract refuses HTTP/1.0 CONNECTs (400 bad-request), which locks out "
-               "urllib/requests on Python < 3.12")
-
-
-def stdlib(call):
-    try:
-        return call()
-    except (urllib.error.URLError, OSError) as e:
-        if "400" in str(e) and STDLIB_CONNECT_VERSION == "HTTP/1.0":
-            pytest.fail(f"{e}: {STDLIB_NOTE}", pytrace=False)
-        raise
 
 
 def test_urllib_small(proxy, origins):

@@ -18,10 +18,11 @@ from proxy_harness import (
     PIN_X,
     PIN_Y,
     Tunnel,
-    connect_request,
     expect_refusal,
     module_proxies,  # noqa: F401 (fixture)
     origins,  # noqa: F401 (fixture)
+    dns_isolation,
+    parse_logfmt,
     pinned_entry,
     raw_exchange,
 )
@@ -49,13 +50,17 @@ def pair(module_proxies, origins, pki):
     for fmt in ("logfmt", "json"):
         made[fmt] = module_proxies(
             name=fmt,
-            proxy={"allow_ports": [origins.api.port], "log_format": fmt},
+            proxy={"allow_ports": [origins.api.port], "log_format": fmt, "dns_timeout": 2},
             resolve={API: "127.0.0.1", "www.api.test": "127.0.0.1"},
             hosts={API: pinned_entry(pki, "api", "int-a"),
-                   "www.api.test": {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]}},
+                   "www.api.test": {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]},
+                   NX: {"trust": ["root-a.pem"]}},
         )
     ports = {fmt: traffic(p, origins) for fmt, p in made.items()}
     return made, ports
+
+
+NX = "nx.pinproxy-e2e.invalid"
 
 
 def event_line(proxy, scenario: str, port: int | None):
@@ -104,3 +109,24 @@ def test_json_values(pair, pki):
     for key in ("bytes_up", "bytes_down"):
         assert int(obj[key]) > 0, closed.raw
     assert float(str(obj["duration"]).rstrip("s")) >= 0, closed.raw
+
+
+def test_every_line_stays_one_event_after_dns_failure(pair, origins):
+    """A failed lookup (the resolver's own complaints included) still yields only event lines:
+    JSON objects from the json daemon, logfmt with an event key from the logfmt one."""
+    why = dns_isolation()
+    if why is not None:
+        pytest.fail(f"refusing to resolve {NX} through the machine's resolver: {why}", pytrace=False)
+    made, _ports = pair
+    for p in made.values():
+        expect_refusal(p, NX, origins.api.port, "dns-failure")
+    for l in made["json"].raw_lines():
+        if l.strip():
+            try:
+                obj = json.loads(l)
+            except ValueError:
+                raise AssertionError(f"json daemon wrote a non-JSON line: {l!r}") from None
+            assert isinstance(obj, dict) and "event" in obj, l
+    for l in made["logfmt"].raw_lines():
+        if l.strip():
+            assert "event" in parse_logfmt(l) and "=" in l, f"logfmt daemon wrote a non-event line: {l!r}"

@@ -11,6 +11,7 @@ Each test has its own daemon (they rewrite its config).
 from __future__ import annotations
 
 import re
+import signal
 
 import pytest
 
@@ -87,7 +88,8 @@ def test_reload_broken_config_keeps_old_policy(make_proxy, origins, pki, broken)
     error = line.get("error", "")
     locations = [(m.group(1), int(m.group(2))) for m in re.finditer(r"(\S*?pinproxy\.toml):(\d+):", error)]
     assert locations, f"no FILE:LINE in the reload error: {line.raw}"
-    assert bad_line in [n for _f, n in locations], f"expected line {bad_line} in {line.raw}\n--- config:\n{text}"
+    assert (str(p.config_path), bad_line) in locations, (
+        f"expected {p.config_path}:{bad_line}: in {line.raw}\n--- config:\n{text}")
 
     # The old policy is still the one enforced, both ways, and the proxy still serves.
     assert_allowed(p, origins)
@@ -122,7 +124,22 @@ def test_open_tunnel_survives_reload(make_proxy, origins, pki):
 
 def test_repeated_reloads(make_proxy, origins, pki):
     p = start(make_proxy, origins, pki, **{API: pinned_entry(pki, "api", "int-a")})
+    assert_allowed(p, origins)  # (a SIGHUP right at readiness is test_sighup_as_soon_as_ready's business)
     for _ in range(5):
         assert p.reload().get("outcome") == "ok"
     assert len([l for l in p.logs() if l.get("event") == "reload"]) == 5
     assert_allowed(p, origins)
+
+
+def test_sighup_as_soon_as_ready(make_proxy, origins, pki):
+    """Ready means the listen port accepts (the contract): a SIGHUP from that moment on must
+    reload, never kill the daemon with the default action.  Repeated, as it is a race."""
+    for i in range(5):
+        p = make_proxy(name=f"early{i}", proxy={"allow_ports": [origins.api.port]},
+                       hosts={API: pinned_entry(pki, "api", "int-a")})
+        p.send_signal(signal.SIGHUP)
+        line = p.wait_for_log(lambda l: l.get("event") == "reload", timeout=5,
+                              what="an event=reload line after a SIGHUP sent right at readiness")
+        assert line.get("outcome") == "ok", line.raw
+        p.assert_alive("after a SIGHUP sent right at readiness")
+        p.stop()

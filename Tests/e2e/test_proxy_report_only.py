@@ -21,6 +21,7 @@ from proxy_harness import (
     module_proxies,  # noqa: F401 (fixture)
     origins,  # noqa: F401 (fixture)
     run_curl,
+    sha256,
 )
 
 
@@ -57,7 +58,7 @@ def test_pin_mismatch_allowed_and_reported(proxy, origins, pki):
 def test_pin_mismatch_report_only_with_curl_big_body(proxy, origins, curl):
     r = run_curl(curl, proxy, f"https://{API}:{origins.api.port}/big")
     assert r.exit == 0 and r.http_code == 200, r
-    assert len(r.body) == originlib.BIG_SIZE and originlib.big_sha256() == __import__("hashlib").sha256(r.body).hexdigest()
+    assert len(r.body) == originlib.BIG_SIZE and sha256(r.body) == originlib.big_sha256()
 
 
 def test_untrusted_chain_allowed_and_reported(proxy, origins, pki):

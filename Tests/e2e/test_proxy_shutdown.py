@@ -88,8 +88,24 @@ def test_drain_timeout_cuts_idle_tunnel(make_proxy, origins, pki):
 
 def test_sigterm_without_tunnels_exits_promptly(make_proxy, origins, pki):
     p = start(make_proxy, origins, pki, 30)
+    with Tunnel(p, API, origins.api.port) as t:  # some traffic first, then nothing open
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+        cport = t.client_port
+    p.wait_for_log(lambda l: l.get("event") == "tunnel-closed" and l.get("client") == f"127.0.0.1:{cport}")
     t0 = time.monotonic()
     code = p.stop(signal.SIGTERM, timeout=TIMEOUT)
     assert code == 0, p.describe()
     assert time.monotonic() - t0 < 10, "idle daemon took long to exit on SIGTERM"
     assert not port_accepts(p.port)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_as_soon_as_ready_exits_0(make_proxy, origins, pki, sig):
+    """Ready means the listen port accepts (the contract), so a supervisor may stop the daemon
+    from that moment on: it must exit 0, not die of the signal's default action.
+    Repeated, as it is a race."""
+    for i in range(5):
+        p = make_proxy(name=f"early{i}", proxy={"allow_ports": [origins.api.port]},
+                       hosts={API: pinned_entry(pki, "api", "int-a")})
+        code = p.stop(sig, timeout=TIMEOUT)
+        assert code == 0, f"attempt {i}: exit {code}\n{p.describe()}"
