@@ -30,13 +30,26 @@ public final class BufferEvent {
 
     private var handle: OpaquePointer?
     private let isTLS: Bool
+    private let loop: EventLoop
+    /// For a TLS filter: the plain buffer event underneath, which outlives the filter until
+    /// the last encrypted bytes have left its buffer.
+    private var underlying: BufferEvent?
     public var onRead: (() -> Void)?
     public var onWrite: (() -> Void)?
     public var onEvent: ((Events) -> Void)?
 
-    private init(handle: OpaquePointer, isTLS: Bool) {
+    /// How long a closed connection may take to send what is still buffered.
+    static let lingerTimeout: TimeInterval = 10
+
+    private init(handle: OpaquePointer, isTLS: Bool, loop: EventLoop) {
         self.handle = handle
         self.isTLS = isTLS
+        self.loop = loop
+        installCallbacks()
+    }
+
+    private func installCallbacks() {
+        guard let handle else { return }
         let context = Unmanaged.passUnretained(self).toOpaque()
         bufferevent_setcb(handle, { _, context in
             Unmanaged<BufferEvent>.fromOpaque(context!).takeUnretainedValue().onRead?()
@@ -52,7 +65,7 @@ public final class BufferEvent {
         guard let handle = bufferevent_socket_new(loop.base, socket, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             fatalError("bufferevent_socket_new failed")
         }
-        self.init(handle: handle, isTLS: false)
+        self.init(handle: handle, isTLS: false, loop: loop)
     }
 
     /// Starts a TLS client handshake on a connected socket, which the buffer event then owns.
@@ -73,33 +86,37 @@ public final class BufferEvent {
             throw OpenSSLError.drain("bufferevent_openssl_socket_new")
         }
         bufferevent_openssl_set_allow_dirty_shutdown(handle, 1)
-        return BufferEvent(handle: handle, isTLS: true)
+        return BufferEvent(handle: handle, isTLS: true, loop: loop)
     }
 
     /// Starts a TLS server handshake on top of this plain buffer event (bytes the client sent
-    /// early are kept). This object must not be used afterwards: the returned one owns it.
+    /// early are kept). Use only the returned object afterwards: it drives this one, and closes
+    /// it once everything it encrypted has been sent.
     public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey) throws -> BufferEvent {
-        guard let underlying = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
+        guard let plain = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
         let ssl = try context.makeSSL(certificate: certificate, key: key)
-        guard let filter = bufferevent_openssl_filter_new(loop.base, underlying, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                                          Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
+        // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
+        // the bytes still in its output) to this object's `linger`.
+        guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
             SSL_free(ssl)
             throw OpenSSLError.drain("bufferevent_openssl_filter_new")
         }
         bufferevent_openssl_set_allow_dirty_shutdown(filter, 1)
-        // The filter now owns the plain buffer event and has replaced its callbacks.
-        handle = nil
+        // The filter has replaced this buffer event's callbacks.
         onRead = nil
         onWrite = nil
         onEvent = nil
-        return BufferEvent(handle: filter, isTLS: true)
+        let tls = BufferEvent(handle: filter, isTLS: true, loop: loop)
+        tls.underlying = self
+        return tls
     }
 
     deinit {
         close()
     }
 
-    /// Frees the buffer event and closes its socket. A TLS connection first sends close_notify.
+    /// Frees the buffer event and closes its socket. A TLS connection first sends close_notify;
+    /// a TLS filter's socket stays open until its last bytes are sent (at most `lingerTimeout`).
     public func close() {
         guard let handle else { return }
         self.handle = nil
@@ -108,14 +125,37 @@ public final class BufferEvent {
         onEvent = nil
         if isTLS, let ssl = bufferevent_openssl_get_ssl(handle) {
             if SSL_is_init_finished(ssl) == 1 { _ = SSL_shutdown(ssl) }
-            if bufferevent_get_underlying(handle) == nil { releaseSessionSlot(ssl) }
-            // On a filter, the alert sits in the underlying buffer: write it out now.
-            if let underlying = bufferevent_get_underlying(handle) {
-                _ = evbuffer_write(bufferevent_get_output(underlying), bufferevent_getfd(underlying))
-            }
+            if underlying == nil { releaseSessionSlot(ssl) }
             _ = drainErrorQueue()
         }
         bufferevent_free(handle)
+        if let underlying {
+            self.underlying = nil
+            underlying.linger()
+        }
+    }
+
+    /// Sends what is left in the output, then closes. The pending callbacks keep this object
+    /// alive until then.
+    private func linger() {
+        guard handle != nil else { return }
+        installCallbacks()
+        setReading(false)
+        guard outputLength > 0 else { return close() }
+        var deadline: Timer?
+        setWriteLowWatermark(0)
+        onWrite = { [self] in
+            if outputLength == 0 {
+                deadline?.cancel()
+                close()
+            }
+        }
+        onEvent = { [self] _ in
+            deadline?.cancel()
+            close()
+        }
+        deadline = Timer(loop: loop, after: Self.lingerTimeout) { [self] in close() }
+        bufferevent_enable(handle, Int16(EV_WRITE))
     }
 
     /// Whether `close` has been called.

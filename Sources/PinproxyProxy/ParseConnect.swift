@@ -14,7 +14,8 @@ public enum RequestLine: Equatable, Sendable {
     public static let maxHeaderLines = 100
 
     /// Parses a request line: exactly `METHOD SP TARGET SP HTTP/x.y`. Methods are
-    /// case-sensitive (RFC 9110), so only `CONNECT` is CONNECT.
+    /// case-sensitive (RFC 9110), so only `CONNECT` is CONNECT; its version must be HTTP/1.1
+    /// or HTTP/1.0.
     public init(parsing line: String) {
         let parts = line.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
@@ -31,8 +32,10 @@ public enum RequestLine: Equatable, Sendable {
             self = .cleartext(method: String(parts[0]))
             return
         }
-        guard version == "HTTP/1.1" else {
-            self = .bad("CONNECT must use HTTP/1.1, not \(version)")
+        // HTTP/1.0 is accepted too: Python before 3.12 (http.client, so urllib, requests and
+        // pip) sends its CONNECT as HTTP/1.0.
+        guard version == "HTTP/1.1" || version == "HTTP/1.0" else {
+            self = .bad("CONNECT must use HTTP/1.1 (or HTTP/1.0), not \(version)")
             return
         }
         guard let (host, port) = RequestLine.parseAuthority(String(parts[1])) else {

@@ -993,7 +993,7 @@ def stdlib_https_get(proxy: Proxy, host: str, port: int, path: str, ctx: ssl.SSL
 #: The contract answers `CONNECT host:port HTTP/1.0` with 400 bad-request.  Flip this if the
 #: contract changes to accept it (test_proxy_bad_requests then expects 200 for HTTP/1.0, and
 #: the stdlib-client tests must pass on every Python).
-ACCEPT_HTTP10_CONNECT = False
+ACCEPT_HTTP10_CONNECT = True
 
 #: What this interpreter's http.client (so urllib, and urllib3/requests) puts on its CONNECT line.
 STDLIB_CONNECT_VERSION = "HTTP/1.1" if sys.version_info >= (3, 12) else "HTTP/1.0"
