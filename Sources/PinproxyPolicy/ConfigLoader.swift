@@ -422,8 +422,8 @@ private struct Loader {
         seen.reserveCapacity(table.count)
         entries.reserveCapacity(table.count)
         // In file order, so that a duplicate is reported where it is written second.
-        let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }.map(\.0)
-        for key in keys {
+        let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }
+        for (key, line) in keys {
             guard let value = table[key] else { continue }
             let keyPath = ["hosts", key]
             let name = Self.display(keyPath)
@@ -443,9 +443,9 @@ private struct Loader {
             }
             seen[pattern] = key
             guard let policy = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy) else { continue }
-            entries.append(PolicyEntry(pattern: pattern, name: name, line: index.line(of: keyPath), policy: policy))
+            entries.append(PolicyEntry(pattern: pattern, name: name, line: line, policy: policy))
         }
-        return entries.sorted { $0.line < $1.line }
+        return entries
     }
 
     // MARK: A policy entry
@@ -457,13 +457,12 @@ private struct Loader {
         var trustWord = "system"
         var trustFiles: [String]?
         var pinTexts: [String] = []
+        var parsedPins: [Pin] = []
         var certificateFiles: [String] = []
         var crlFiles: [String]?
-        var written: Set<String> = []
 
         for (key, value) in table {
             let keyPath = entryPath + [key]
-            written.insert(key)
             switch key {
             case "action":
                 if let action = choice(value, keyPath, HostPolicy.Action.self) { policy.action = action }
@@ -483,7 +482,11 @@ private struct Loader {
                 if let kind = choice(value, keyPath, HostPolicy.PinKind.self) { policy.pinKind = kind }
             case "pins":
                 guard let texts = strings(value, keyPath) else { continue }
-                for text in texts where Pin(text) == nil {
+                for text in texts {
+                    if let pin = Pin(text) {
+                        parsedPins.append(pin)
+                        continue
+                    }
                     error(keyPath, element: text, "malformed pin \"\(text)\": a pin is \"sha256/\" followed by the 44-character padded base64 of a 32-byte SHA-256 digest (see `pinproxy pin FILE`)")
                 }
                 pinTexts = texts
@@ -603,7 +606,7 @@ private struct Loader {
             }
         }
 
-        var digests = pinTexts.compactMap(Pin.init)
+        var digests = parsedPins
         for certificate in pinned {
             digests.append(Pin(digest: policy.pinKind == .certificate ? certificate.certificateSHA256 : certificate.publicKeySHA256))
         }
@@ -611,12 +614,11 @@ private struct Loader {
         for pin in digests where !unique.contains(pin) { unique.append(pin) }
         policy.pins = unique
 
-        addWarnings(policy, entryPath, anchors: anchors, certificateFiles: certificateFiles)
+        addWarnings(policy, entryPath, name: name, anchors: anchors)
         return policy
     }
 
-    mutating func addWarnings(_ policy: HostPolicy, _ entryPath: [String], anchors: [Certificate], certificateFiles: [String]) {
-        let name = Self.display(entryPath)
+    mutating func addWarnings(_ policy: HostPolicy, _ entryPath: [String], name: String, anchors: [Certificate]) {
         if policy.action == .allowInsecure {
             warn(entryPath + ["action"], "\(name) has action = \"allow-insecure\": its connections are not checked at all")
         }

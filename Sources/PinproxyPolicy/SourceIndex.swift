@@ -1,68 +1,33 @@
 /// Where each table header and key sits in a TOML text, so that semantic errors found after
 /// TOMLKit has parsed the document can name a line. It reads only headers and key names,
-/// never values, and scans bytes: a config with 100,000 entries is indexed in a few
-/// milliseconds.
-struct SourceIndex {
-    /// Line numbers by key path, the path's components joined with U+001F.
-    private var lines: [String: Int] = [:]
-    /// Every line that starts a header or key, for bounding array-element searches.
-    private var keyLines: Set<Int> = []
+/// never values, and scans bytes. Table headers are indexed at once (every entry needs its
+/// line); keys only when a diagnostic first asks for one.
+final class SourceIndex {
     private let text: [UInt8]
     /// Offsets where each line starts.
-    private var lineStarts: [Int] = []
+    private let lineStarts: [Int]
+    /// Header lines.
+    private let headers: Lines
+    /// Header and key lines, built on first use.
+    private lazy var keys = Lines(text, withKeys: true)
 
     private static let separator = "\u{1F}"
 
     init(_ source: String) {
         text = Array(source.utf8)
-        var table: [String] = []
-        var openDelimiter: UInt8? = nil  // inside a multi-line string opened by """ or '''
-        var start = 0
-        var number = 0
-        while start <= text.count {
-            number += 1
-            lineStarts.append(start)
-            var end = start
-            while end < text.count && text[end] != 0x0A { end += 1 }
-            defer { start = end + 1 }
-            var cursor = start
-            while cursor < end && (text[cursor] == 0x20 || text[cursor] == 0x09) { cursor += 1 }
-            if let delimiter = openDelimiter {
-                if Self.countTriples(text, cursor, end, delimiter) % 2 == 1 { openDelimiter = nil }
-                continue
-            }
-            guard cursor < end else { continue }
-            if text[cursor] == UInt8(ascii: "[") {
-                guard cursor + 1 < end, text[cursor + 1] != UInt8(ascii: "[") else { continue }
-                var position = cursor + 1
-                if let path = Self.parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "]") {
-                    table = path
-                    record(path, number)
-                }
-                continue
-            }
-            var position = cursor
-            guard let key = Self.parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "=") else { continue }
-            record(table + key, number)
-            for delimiter in [UInt8(ascii: "\""), UInt8(ascii: "'")] where Self.countTriples(text, position + 1, end, delimiter) % 2 == 1 {
-                openDelimiter = delimiter
-            }
-        }
-    }
-
-    private mutating func record(_ path: [String], _ number: Int) {
-        let key = path.joined(separator: Self.separator)
-        if lines[key] == nil { lines[key] = number }
-        keyLines.insert(number)
+        var starts = [0]
+        for (offset, byte) in text.enumerated() where byte == 0x0A { starts.append(offset + 1) }
+        lineStarts = starts
+        headers = Lines(text, withKeys: false)
     }
 
     /// The line of a header or key; for a path never written itself (an implicit table), the
     /// first line written below it; else its parent's line; else 1.
     func line(of path: [String]) -> Int {
         let key = path.joined(separator: Self.separator)
-        if let line = lines[key] { return line }
+        if let line = headers.lines[key] ?? keys.lines[key] { return line }
         let prefix = key + Self.separator
-        if let first = lines.filter({ $0.key.hasPrefix(prefix) }).map(\.value).min() { return first }
+        if let first = keys.lines.filter({ $0.key.hasPrefix(prefix) }).map(\.value).min() { return first }
         return path.isEmpty ? 1 : line(of: Array(path.dropLast()))
     }
 
@@ -73,7 +38,7 @@ struct SourceIndex {
         let needle = Array(literal.utf8)
         var number = start
         while number <= lineStarts.count {
-            if number > start && keyLines.contains(number) { break }
+            if number > start && keys.numbers.contains(number) { break }
             let from = lineStarts[number - 1]
             var end = from
             while end < text.count && text[end] != 0x0A { end += 1 }
@@ -81,6 +46,59 @@ struct SourceIndex {
             number += 1
         }
         return start
+    }
+
+    /// One scan of the text: the line of every table header, and of every key if asked.
+    private struct Lines {
+        /// Line numbers by path, the path's components joined with U+001F.
+        var lines: [String: Int] = [:]
+        /// Every recorded line, for bounding element searches.
+        var numbers: Set<Int> = []
+
+        init(_ text: [UInt8], withKeys: Bool) {
+            var table: [String] = []
+            var openDelimiter: UInt8? = nil  // inside a multi-line string opened by """ or '''
+            var start = 0
+            var number = 0
+            while start <= text.count {
+                number += 1
+                var end = start
+                while end < text.count && text[end] != 0x0A { end += 1 }
+                defer { start = end + 1 }
+                var cursor = start
+                while cursor < end && (text[cursor] == 0x20 || text[cursor] == 0x09) { cursor += 1 }
+                if let delimiter = openDelimiter {
+                    if SourceIndex.countTriples(text, cursor, end, delimiter) % 2 == 1 { openDelimiter = nil }
+                    continue
+                }
+                guard cursor < end else { continue }
+                if text[cursor] == UInt8(ascii: "[") {
+                    guard cursor + 1 < end, text[cursor + 1] != UInt8(ascii: "[") else { continue }
+                    var position = cursor + 1
+                    if let path = SourceIndex.parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "]") {
+                        table = path
+                        record(path, number)
+                    }
+                    continue
+                }
+                if withKeys {
+                    var position = cursor
+                    if let key = SourceIndex.parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "=") {
+                        record(table + key, number)
+                    }
+                }
+                // A value that opens a multi-line string: the lines up to its end are not keys.
+                for delimiter in [UInt8(ascii: "\""), UInt8(ascii: "'")] where SourceIndex.countTriples(text, cursor, end, delimiter) % 2 == 1 {
+                    openDelimiter = delimiter
+                }
+            }
+        }
+
+        private mutating func record(_ path: [String], _ number: Int) {
+            let key = path.joined(separator: SourceIndex.separator)
+            if lines[key] == nil { lines[key] = number }
+            numbers.insert(number)
+        }
     }
 
     /// Parses `a."b.c".d` up to the next `=` or `]`, skipping blanks; nil when the bytes are
@@ -134,7 +152,7 @@ struct SourceIndex {
     }
 
     /// How many runs of three `delimiter` bytes stand between `from` and `end`.
-    private static func countTriples(_ text: [UInt8], _ from: Int, _ end: Int, _ delimiter: UInt8) -> Int {
+    static func countTriples(_ text: [UInt8], _ from: Int, _ end: Int, _ delimiter: UInt8) -> Int {
         var count = 0
         var index = from
         while index + 2 < end {
