@@ -34,7 +34,9 @@ public enum NotifySocketError: Error, Equatable, Sendable, CustomStringConvertib
 /// leading `@`, a name in the Linux abstract namespace.
 ///
 /// Each send opens a fresh `SOCK_DGRAM | SOCK_CLOEXEC` socket, sends once and closes it, so it
-/// holds no state and may be called from any thread. Failures are returned, never fatal.
+/// holds no state and may be called from any thread. It never blocks (MSG_DONTWAIT): a reader
+/// whose queue is full loses that datagram rather than stall an event loop. Failures are
+/// returned, never fatal.
 public enum NotifySocket {
     /// Sends `message` as one datagram to `address` (a `NOTIFY_SOCKET` value).
     public static func send(_ message: String, to address: String) throws(NotifySocketError) {
@@ -51,7 +53,7 @@ public enum NotifySocket {
             sent = bytes.withUnsafeBytes { raw in
                 withUnsafePointer(to: &storage) { pointer in
                     pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                        sendto(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL), address, length)
+                        sendto(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT), address, length)
                     }
                 }
             }

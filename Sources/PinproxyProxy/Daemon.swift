@@ -114,13 +114,20 @@ public final class Daemon {
     /// Re-reads and checks the config off the loops; a valid one replaces the snapshot for new
     /// connections at once, an invalid one is logged with FILE:LINE and changes nothing.
     private func reload() {
+        guard !shared.draining.load(ordering: .relaxed) else {
+            shared.log.emit(.info, "reload", [(.outcome, "ignored"), (.detail, "stopping: the config is not re-read")])
+            return
+        }
         guard let configPath else {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
             return
         }
         notifier.reloading()
         reloadQueue.async { [shared, settings, notifier] in
-            defer { notifier.ready(status: "reloaded; " + Self.status(shared)) }
+            defer {
+                // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
+                if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
+            }
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
                 shared.policy.replace(with: config)

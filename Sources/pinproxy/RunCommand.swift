@@ -13,7 +13,18 @@ struct RunCommand: ParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() throws {
-        let config = try options.loadOrExit { _ in "pinproxy: the config is rejected; not starting" }
+        let config: Config
+        do {
+            config = try options.load()
+        } catch {
+            // Through the log, so that journald records why the service did not start as an error (<3>).
+            let log = AccessLog(format: .logfmt)
+            for diagnostic in error.diagnostics {
+                log.emit(.error, "config-rejected", [(.error, diagnostic.description)])
+            }
+            log.emit(.error, "start-failed", [(.detail, "the config is rejected; not starting")])
+            throw ExitCode(1)
+        }
         let daemon: Daemon
         do {
             daemon = try Daemon(configPath: options.config, config: config)
