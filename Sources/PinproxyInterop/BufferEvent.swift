@@ -123,12 +123,20 @@ public final class BufferEvent {
         onRead = nil
         onWrite = nil
         onEvent = nil
+        var filterSSL: OpaquePointer?
         if isTLS, let ssl = bufferevent_openssl_get_ssl(handle) {
             if SSL_is_init_finished(ssl) == 1 { _ = SSL_shutdown(ssl) }
-            if underlying == nil { releaseSessionSlot(ssl) }
+            if underlying == nil { releaseSessionSlot(ssl) } else { filterSSL = ssl }
             _ = drainErrorQueue()
         }
         bufferevent_free(handle)
+        if let filterSSL {
+            // libevent frees a filter's SSL only with BEV_OPT_CLOSE_ON_FREE, which this filter
+            // lacks (see `acceptTLS`). Freed on the loop's next pass, when libevent has surely
+            // finished with the filter.
+            let owned = OwnedSSL(pointer: filterSSL)
+            loop.post { SSL_free(owned.pointer) }
+        }
         if let underlying {
             self.underlying = nil
             underlying.linger()
@@ -329,4 +337,9 @@ private func releaseSessionSlot(_ ssl: OpaquePointer) {
     guard let data = pp_SSL_get_app_data(ssl) else { return }
     _ = pp_SSL_set_app_data(ssl, nil)
     Unmanaged<SessionSlot>.fromOpaque(data).release()
+}
+
+/// An SSL handed to the loop to be freed there.
+private struct OwnedSSL: @unchecked Sendable {
+    let pointer: OpaquePointer
 }

@@ -75,7 +75,7 @@ public final class LocalCA: Sendable {
             throw LocalCAError("cannot write \(temporary)")
         }
         try FileManager.default.setAttributes([.posixPermissions: permissions], ofItemAtPath: temporary)
-        guard rename(temporary, path) == 0 else { throw LocalCAError("cannot rename \(temporary) to \(path)") }
+        try FileManager.default.moveItem(atPath: temporary, toPath: path)
     }
 
     private init(certificatePath: String, certificate: Certificate, key: PrivateKey) {
