@@ -672,13 +672,13 @@ def origins(pki):
     o.close()
 
 
-@pytest.fixture
-def make_proxy(pinproxy, pki, tmp_path):
-    """Factory: make_proxy(proxy=..., hosts=..., start=True) -> a started Proxy (stopped at teardown)."""
-    made: list[Proxy] = []
+def proxy_factory(cls, pinproxy, pki, directory: Path):
+    """Generator for factory fixtures: yields make(start=True, name=None, **kw) -> a `cls`
+    daemon in its own folder under `directory`; tears every one down afterwards."""
+    made: list = []
 
-    def make(start: bool = True, name: str | None = None, **kw) -> Proxy:
-        p = Proxy(pinproxy, tmp_path / (name or f"proxy{len(made)}"), pki, **kw)
+    def make(start: bool = True, name: str | None = None, **kw):
+        p = cls(pinproxy, directory / (name or f"proxy{len(made)}"), pki, **kw)
         made.append(p)
         if start:
             p.start()
@@ -693,30 +693,18 @@ def make_proxy(pinproxy, pki, tmp_path):
             errors.append(str(e))
     if errors:
         pytest.fail("\n".join(errors), pytrace=False)
+
+
+@pytest.fixture
+def make_proxy(pinproxy, pki, tmp_path):
+    """Factory: make_proxy(proxy=..., hosts=..., start=True) -> a started Proxy (stopped at teardown)."""
+    yield from proxy_factory(Proxy, pinproxy, pki, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def module_proxies(pinproxy, pki, tmp_path_factory):
     """Module-scoped factory, same signature as make_proxy."""
-    made: list[Proxy] = []
-    base = tmp_path_factory.mktemp("proxy")
-
-    def make(start: bool = True, name: str | None = None, **kw) -> Proxy:
-        p = Proxy(pinproxy, base / (name or f"proxy{len(made)}"), pki, **kw)
-        made.append(p)
-        if start:
-            p.start()
-        return p
-
-    yield make
-    errors = []
-    for p in made:
-        try:
-            p.teardown()
-        except AssertionError as e:
-            errors.append(str(e))
-    if errors:
-        pytest.fail("\n".join(errors), pytrace=False)
+    yield from proxy_factory(Proxy, pinproxy, pki, tmp_path_factory.mktemp("proxy"))
 
 
 # --------------------------------------------------------------------------

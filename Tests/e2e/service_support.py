@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 
 from proxy_harness import (
+    proxy_factory,
     TIMEOUT,
     LogLine,
     Proxy,
@@ -292,24 +293,7 @@ class ServiceProxy(Proxy):
 @pytest.fixture
 def make_service_proxy(pinproxy, pki, tmp_path):
     """Factory: make_service_proxy(env=..., start=True, ...) -> ServiceProxy (stopped at teardown)."""
-    made: list[ServiceProxy] = []
-
-    def make(start: bool = True, name: str | None = None, **kw) -> ServiceProxy:
-        p = ServiceProxy(pinproxy, tmp_path / (name or f"proxy{len(made)}"), pki, **kw)
-        made.append(p)
-        if start:
-            p.start()
-        return p
-
-    yield make
-    errors = []
-    for p in made:
-        try:
-            p.teardown()
-        except AssertionError as e:
-            errors.append(str(e))
-    if errors:
-        pytest.fail("\n".join(errors), pytrace=False)
+    yield from proxy_factory(ServiceProxy, pinproxy, pki, tmp_path)
 
 
 def journal_stream_of(path: Path) -> str:
