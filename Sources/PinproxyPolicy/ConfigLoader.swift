@@ -32,7 +32,8 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
-        var loader = Loader(path: path, directory: directory, now: now, index: SourceIndex(text))
+        // The line index is built on another core while TOMLKit parses.
+        let indexing = IndexInBackground(text)
         let document: TOMLTable
         do {
             document = try TOMLTable(string: text)
@@ -42,6 +43,7 @@ public enum ConfigLoader {
         } catch {
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: "TOML syntax: \(error)")])
         }
+        var loader = Loader(path: path, directory: directory, now: now, index: indexing.result())
         let config = loader.load(document)
         guard let config, loader.errors.isEmpty else {
             throw ConfigError(diagnostics: loader.errors.sorted { $0.line < $1.line })
@@ -416,13 +418,62 @@ private struct Loader {
         return result
     }
 
+    /// Host entries, in file order. Each entry is parsed on its own (on every core, in
+    /// file-ordered chunks, merged back in order with its diagnostics); then duplicates are
+    /// settled in file order, reported where the pattern is written the second time.
     mutating func parseHosts(_ table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry] {
+        let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }
+        let chunkCount = min(ProcessInfo.processInfo.activeProcessorCount, max(1, keys.count / Self.entriesPerChunk))
+        var parsed: [ParsedHost] = []
+        if chunkCount <= 1 {
+            parsed = parseHostEntries(keys[...], in: table, proxy: proxy)
+        } else {
+            // Each chunk gets its own loader: it shares the source index and starts with no diagnostics.
+            var template = self
+            template.errors = []
+            template.warnings = []
+            let shared = UncheckedSendable(value: (template: template, keys: keys, table: table))
+            let results = ChunkResults(count: chunkCount)
+            DispatchQueue.concurrentPerform(iterations: chunkCount) { chunk in
+                let all = shared.value.keys
+                var loader = shared.value.template
+                let hosts = loader.parseHostEntries(all[(all.count * chunk / chunkCount)..<(all.count * (chunk + 1) / chunkCount)],
+                                                    in: shared.value.table, proxy: proxy)
+                results.store(chunk, ChunkResults.Slot(hosts: hosts, errors: loader.errors, warnings: loader.warnings))
+            }
+            parsed.reserveCapacity(keys.count)
+            for slot in results.all {
+                parsed += slot.hosts
+                errors += slot.errors
+                warnings += slot.warnings
+            }
+        }
+
         var entries: [PolicyEntry] = []
         var seen: [HostPattern: String] = [:]  // pattern -> the key that first wrote it
-        seen.reserveCapacity(table.count)
-        entries.reserveCapacity(table.count)
-        // In file order, so that a duplicate is reported where it is written second.
-        let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }
+        entries.reserveCapacity(parsed.count)
+        seen.reserveCapacity(parsed.count)
+        for host in parsed {
+            if let first = seen[host.pattern] {
+                error(["hosts", host.key], "\(host.name) is the same pattern as \(Self.display(["hosts", first])) (line \(index.line(of: ["hosts", first]))) once normalised")
+                continue
+            }
+            seen[host.pattern] = host.key
+            if let policy = host.policy {
+                entries.append(PolicyEntry(pattern: host.pattern, name: host.name, line: host.line, policy: policy))
+            }
+        }
+        return entries
+    }
+
+    /// Below this many entries a second core is not worth starting.
+    static let entriesPerChunk = 2_000
+
+    /// Parses the `[hosts."…"]` tables named by `keys`, in order; a table whose pattern is
+    /// invalid is reported and left out.
+    mutating func parseHostEntries(_ keys: ArraySlice<(String, Int)>, in table: TOMLTable, proxy: ProxySettings) -> [ParsedHost] {
+        var hosts: [ParsedHost] = []
+        hosts.reserveCapacity(keys.count)
         for (key, line) in keys {
             guard let value = table[key] else { continue }
             let keyPath = ["hosts", key]
@@ -435,17 +486,10 @@ private struct Loader {
                 error(keyPath, "\(name): invalid host pattern: use a DNS name in LDH ASCII (xn-- form for internationalised names), \"*.\" followed by a name, or an IP literal")
                 continue
             }
-            if let first = seen[pattern] {
-                error(keyPath, "\(name) is the same pattern as \(Self.display(["hosts", first])) (line \(index.line(of: ["hosts", first]))) once normalised")
-                // Its own problems are reported too, so that one run shows them all.
-                _ = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy)
-                continue
-            }
-            seen[pattern] = key
-            guard let policy = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy) else { continue }
-            entries.append(PolicyEntry(pattern: pattern, name: name, line: line, policy: policy))
+            let policy = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy)
+            hosts.append(ParsedHost(key: key, line: line, pattern: pattern, name: name, policy: policy))
         }
-        return entries
+        return hosts
     }
 
     // MARK: A policy entry
@@ -642,6 +686,70 @@ private struct Loader {
                 warn(keyPath, "\(name): \(what) \(certificate.subject) expires on \(rfc3339(notAfter)), within 30 days")
             }
         }
+    }
+}
+
+/// Builds a `SourceIndex` on a background thread.
+private final class IndexInBackground: @unchecked Sendable {
+    private var index: SourceIndex?
+    private let done = DispatchGroup()
+
+    init(_ text: String) {
+        done.enter()
+        DispatchQueue.global().async { [self] in
+            index = SourceIndex(text)
+            done.leave()
+        }
+    }
+
+    /// Waits for the index.
+    func result() -> SourceIndex {
+        done.wait()
+        return index!
+    }
+}
+
+/// One `[hosts."PATTERN"]` entry as parsed, before duplicates are settled.
+private struct ParsedHost {
+    let key: String
+    let line: Int
+    let pattern: HostPattern
+    let name: String
+    /// nil when the entry has errors (reported already).
+    let policy: HostPolicy?
+}
+
+/// Hands values that are only read (or owned by one task) across `concurrentPerform`.
+private struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+}
+
+/// One slot per chunk, each written by its own task.
+private final class ChunkResults: @unchecked Sendable {
+    struct Slot {
+        let hosts: [ParsedHost]
+        let errors: [Diagnostic]
+        let warnings: [Diagnostic]
+    }
+
+    private let lock = NSLock()
+    private var slots: [Slot?]
+
+    init(count: Int) {
+        slots = Array(repeating: nil, count: count)
+    }
+
+    func store(_ chunk: Int, _ slot: Slot) {
+        lock.lock()
+        slots[chunk] = slot
+        lock.unlock()
+    }
+
+    /// The slots in chunk order.
+    var all: [Slot] {
+        lock.lock()
+        defer { lock.unlock() }
+        return slots.compactMap { $0 }
     }
 }
 

@@ -1,15 +1,26 @@
+import Foundation
+
 /// Where each table header and key sits in a TOML text, so that semantic errors found after
 /// TOMLKit has parsed the document can name a line. It reads only headers and key names,
 /// never values, and scans bytes. Table headers are indexed at once (every entry needs its
 /// line); keys only when a diagnostic first asks for one.
-final class SourceIndex {
+final class SourceIndex: @unchecked Sendable {
     private let text: [UInt8]
     /// Offsets where each line starts.
     private let lineStarts: [Int]
     /// Header lines.
     private let headers: Lines
-    /// Header and key lines, built on first use.
-    private lazy var keys = Lines(text, withKeys: true)
+    /// Header and key lines, built on first use (by whichever thread asks first).
+    private var builtKeys: Lines?
+    private let keysLock = NSLock()
+    private var keys: Lines {
+        keysLock.lock()
+        defer { keysLock.unlock() }
+        if let builtKeys { return builtKeys }
+        let built = Lines(text, withKeys: true)
+        builtKeys = built
+        return built
+    }
 
     private static let separator = "\u{1F}"
 
