@@ -1,4 +1,6 @@
 #include "CPinproxyShims.h"
+#include <string.h>
+#include <strings.h>
 
 STACK_OF(X509) *pp_sk_X509_new_null(void) { return sk_X509_new_null(); }
 int pp_sk_X509_push(STACK_OF(X509) *stack, X509 *cert) { return sk_X509_push(stack, cert); }
@@ -67,3 +69,17 @@ static int pp_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *ou
 void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, pp_alpn_select, NULL); }
 
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *)) { SSL_CTX_sess_set_new_cb(ctx, callback); }
+
+static int pp_require_server_name(SSL *ssl, int *alert, void *arg) {
+    (void)arg;
+    const char *expected = SSL_get_app_data(ssl);
+    const char *sent = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (expected == NULL || sent == NULL) return SSL_TLSEXT_ERR_OK;
+    size_t length = strlen(sent);
+    if (length > 0 && sent[length - 1] == '.') length--;
+    if (length == strlen(expected) && strncasecmp(sent, expected, length) == 0) return SSL_TLSEXT_ERR_OK;
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+void pp_SSL_CTX_require_server_name(SSL_CTX *ctx) { SSL_CTX_set_tlsext_servername_callback(ctx, pp_require_server_name); }

@@ -92,13 +92,15 @@ public final class BufferEvent {
     /// Starts a TLS server handshake on top of this plain buffer event (bytes the client sent
     /// early are kept). Use only the returned object afterwards: it drives this one, and closes
     /// it once everything it encrypted has been sent.
-    public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey) throws -> BufferEvent {
+    /// A client whose SNI names another host than `serverName` fails the handshake.
+    public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey,
+                          serverName: String?) throws -> BufferEvent {
         guard let plain = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
-        let ssl = try context.makeSSL(certificate: certificate, key: key)
+        let ssl = try context.makeSSL(certificate: certificate, key: key, serverName: serverName)
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
         // the bytes still in its output) to this object's `linger`.
         guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
-            SSL_free(ssl)
+            freeServerSSL(ssl)
             throw OpenSSLError.drain("bufferevent_openssl_filter_new")
         }
         bufferevent_openssl_set_allow_dirty_shutdown(filter, 1)
@@ -135,7 +137,7 @@ public final class BufferEvent {
             // lacks (see `acceptTLS`). Freed on the loop's next pass, when libevent has surely
             // finished with the filter.
             let owned = OwnedSSL(pointer: filterSSL)
-            loop.post { SSL_free(owned.pointer) }
+            loop.post { freeServerSSL(owned.pointer) }
         }
         if let underlying {
             self.underlying = nil

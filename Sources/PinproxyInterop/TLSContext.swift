@@ -48,7 +48,8 @@ public final class TLSClientContext: @unchecked Sendable {
 }
 
 /// The server-side SSL_CTX that terminates clients' TLS with minted leaves. ALPN selects
-/// http/1.1 (the protocol spoken upstream) or nothing.
+/// http/1.1 (the protocol spoken upstream) or nothing; a ClientHello whose SNI names another
+/// host than the one the connection is for fails with an unrecognized_name alert.
 public final class TLSServerContext: @unchecked Sendable {
     let handle: OpaquePointer
 
@@ -57,19 +58,28 @@ public final class TLSServerContext: @unchecked Sendable {
         self.handle = handle
         _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
         pp_SSL_CTX_select_alpn_http11(handle)
+        pp_SSL_CTX_require_server_name(handle)
     }
 
     deinit {
         SSL_CTX_free(handle)
     }
 
-    /// A new SSL presenting `certificate` (with `key`) to one client.
-    func makeSSL(certificate: Certificate, key: PrivateKey) throws -> OpaquePointer {
+    /// A new SSL presenting `certificate` (with `key`) to one client, which must send no SNI
+    /// or `serverName`. Free it with `freeServerSSL`.
+    func makeSSL(certificate: Certificate, key: PrivateKey, serverName: String?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
+        if let serverName { _ = pp_SSL_set_app_data(ssl, strdup(serverName)) }
         guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1 else {
-            SSL_free(ssl)
+            freeServerSSL(ssl)
             throw OpenSSLError.drain("installing the minted certificate")
         }
         return ssl
     }
+}
+
+/// Frees an SSL made by `TLSServerContext.makeSSL`, with the expected name it carries.
+func freeServerSSL(_ ssl: OpaquePointer) {
+    free(pp_SSL_get_app_data(ssl))
+    SSL_free(ssl)
 }

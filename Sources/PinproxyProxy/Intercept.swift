@@ -7,7 +7,7 @@ import PinproxyService
 extension ClientConnection {
     /// Steps 7–8 (allowed): log the decision, answer 200, then terminate the client's TLS with a
     /// leaf for the CONNECT host minted by the local CA. A client whose SNI names another
-    /// host is cut off before a byte is relayed.
+    /// host fails the handshake (unrecognized_name): not a byte is relayed.
     func intercept() {
         guard let (host, _) = target, let verdict else { return }
         teardownPhase()
@@ -29,7 +29,8 @@ extension ClientConnection {
         let tls: BufferEvent
         do {
             let leaf = try worker.shared.localCA.leaf(for: host)
-            tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate, key: leaf.key)
+            tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
+                                           key: leaf.key, serverName: host.serverName)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
             return close()
@@ -43,11 +44,12 @@ extension ClientConnection {
             guard let self, self.phase == .clientHandshake else { return }
             self.phaseTimer = nil
             guard events.contains(.connected) else {
-                self.logEvent(.warning, "client-handshake-failed", detail: "\(tls.takeTLSErrors()) (does the client trust the pinproxy CA? see `pinproxy ca`)")
-                return self.close()
-            }
-            if let sni = tls.requestedServerName, host.serverName != nil, TargetHost(sni) != host {
-                self.logEvent(.warning, "sni-mismatch", detail: "the client's SNI \(sni) differs from the CONNECT host \(host): refused")
+                let failure = tls.takeTLSErrors()
+                if let sni = tls.requestedServerName, host.serverName != nil, TargetHost(sni) != host {
+                    self.logEvent(.warning, "sni-mismatch", detail: "the client's SNI \(sni) differs from the CONNECT host \(host): refused in the handshake")
+                } else {
+                    self.logEvent(.warning, "client-handshake-failed", detail: "\(failure) (does the client trust the pinproxy CA? see `pinproxy ca`)")
+                }
                 return self.close()
             }
             self.relay()

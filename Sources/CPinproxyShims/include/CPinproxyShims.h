@@ -61,8 +61,14 @@ int pp_ERR_GET_REASON(unsigned long error);
 // The TLS version of a failing handshake classifies as "tls-version" for these reasons.
 int pp_is_protocol_version_error(unsigned long error);
 
-// SSL_CTX_set_tlsext_servername_callback is a macro; the ALPN selector picks http/1.1.
+// The ALPN selector picks http/1.1.
 void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx);
+
+// SSL_CTX_set_tlsext_servername_callback is a macro. The callback installed here refuses a
+// ClientHello whose SNI differs (case-insensitively, one trailing dot ignored) from the name
+// stored as the SSL's app data, with an unrecognized_name alert; no name stored, or no SNI
+// sent, is accepted.
+void pp_SSL_CTX_require_server_name(SSL_CTX *ctx);
 
 // SSL_CTX_sess_set_new_cb with a Swift-provided callback (a plain function pointer).
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *));
