@@ -38,7 +38,7 @@ public final class BufferEvent {
     public var onWrite: (() -> Void)?
     public var onEvent: ((Events) -> Void)?
 
-    /// How long a closed connection may take to send what is still buffered.
+    /// How long a closing connection may go without sending any of what is still buffered.
     static let lingerTimeout: TimeInterval = 10
 
     private init(handle: OpaquePointer, isTLS: Bool, loop: EventLoop) {
@@ -92,9 +92,11 @@ public final class BufferEvent {
     /// Starts a TLS server handshake on top of this plain buffer event (bytes the client sent
     /// early are kept). Use only the returned object afterwards: it drives this one, and closes
     /// it once everything it encrypted has been sent.
-    /// A client whose SNI names another host than `serverName` fails the handshake.
+    /// A client whose SNI names another host than `serverName` fails the handshake. The socket
+    /// underneath holds at most `bufferLimit` encrypted bytes: past that, data waits in the
+    /// returned object's output, where `outputLength` (and so backpressure) sees it.
     public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey,
-                          serverName: String?) throws -> BufferEvent {
+                          serverName: String?, bufferLimit: Int) throws -> BufferEvent {
         guard let plain = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
         let ssl = try context.makeSSL(certificate: certificate, key: key, serverName: serverName)
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
@@ -104,6 +106,7 @@ public final class BufferEvent {
             throw OpenSSLError.drain("bufferevent_openssl_filter_new")
         }
         bufferevent_openssl_set_allow_dirty_shutdown(filter, 1)
+        bufferevent_setwatermark(plain, Int16(EV_WRITE), 0, bufferLimit)
         // The filter has replaced this buffer event's callbacks.
         onRead = nil
         onWrite = nil
@@ -145,26 +148,37 @@ public final class BufferEvent {
         }
     }
 
-    /// Sends what is left in the output, then closes. The pending callbacks keep this object
-    /// alive until then.
+    /// Sends what is left in the output, then closes: as long as the peer keeps reading, and
+    /// at most `lingerTimeout` without progress. The pending callbacks keep this object alive.
     private func linger() {
         guard handle != nil else { return }
         installCallbacks()
         setReading(false)
         guard outputLength > 0 else { return close() }
-        var deadline: Timer?
+        var watchdog: Timer?
+        var lastLength = outputLength
+        var lastProgress = loop.now
         setWriteLowWatermark(0)
         onWrite = { [self] in
             if outputLength == 0 {
-                deadline?.cancel()
+                watchdog?.cancel()
                 close()
             }
         }
         onEvent = { [self] _ in
-            deadline?.cancel()
+            watchdog?.cancel()
             close()
         }
-        deadline = Timer(loop: loop, after: Self.lingerTimeout) { [self] in close() }
+        watchdog = Timer(loop: loop, after: 1, repeats: true) { [self] in
+            let length = outputLength
+            if length < lastLength {
+                lastLength = length
+                lastProgress = loop.now
+            } else if loop.now - lastProgress >= Self.lingerTimeout {
+                watchdog?.cancel()
+                close()
+            }
+        }
         bufferevent_enable(handle, Int16(EV_WRITE))
     }
 
@@ -203,7 +217,8 @@ public final class BufferEvent {
         return evbuffer_get_length(bufferevent_get_input(handle))
     }
 
-    /// Bytes queued and not yet sent.
+    /// Bytes queued here and not yet sent. For a TLS filter this excludes the (bounded)
+    /// encrypted bytes in the socket underneath, which `close` still delivers.
     public var outputLength: Int {
         guard let handle else { return 0 }
         return evbuffer_get_length(bufferevent_get_output(handle))

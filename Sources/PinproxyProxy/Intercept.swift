@@ -30,7 +30,7 @@ extension ClientConnection {
         do {
             let leaf = try worker.shared.localCA.leaf(for: host)
             tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
-                                           key: leaf.key, serverName: host.serverName)
+                                           key: leaf.key, serverName: host.serverName, bufferLimit: config.proxy.relayBufferBytes)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
             return close()
