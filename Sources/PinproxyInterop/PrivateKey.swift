@@ -63,23 +63,26 @@ public enum CertificateBuilder {
     /// A TLS server leaf for `name`, carrying `key`, signed by `issuer` with `issuerKey`.
     public static func makeLeaf(for name: SubjectName, key: PrivateKey, issuer: Certificate, issuerKey: PrivateKey,
                                 notBefore: Date, notAfter: Date) throws -> Certificate {
-        let commonName: String
+        let text: String
         let altName: String
         switch name {
-        case .dns(let host): (commonName, altName) = (host, "DNS:\(host)")
-        case .ip(let address): (commonName, altName) = (address.description, "IP:\(address.description)")
+        case .dns(let host): (text, altName) = (host, "DNS:\(host)")
+        case .ip(let address): (text, altName) = (address.description, "IP:\(address.description)")
         }
+        // A commonName holds at most 64 characters; a longer name lives in the SAN alone, which
+        // is then critical (RFC 5280, empty subject).
+        let commonName = text.utf8.count <= 64 ? text : nil
         return try build(commonName: commonName, key: key, notBefore: notBefore, notAfter: notAfter, issuer: issuer, issuerKey: issuerKey, extensions: [
             (NID_basic_constraints, "critical,CA:FALSE"),
             (NID_key_usage, "critical,digitalSignature"),
             (NID_ext_key_usage, "serverAuth"),
-            (NID_subject_alt_name, altName),
+            (NID_subject_alt_name, (commonName == nil ? "critical," : "") + altName),
             (NID_subject_key_identifier, "hash"),
             (NID_authority_key_identifier, "keyid:always"),
         ])
     }
 
-    private static func build(commonName: String, key: PrivateKey, notBefore: Date, notAfter: Date, issuer: Certificate?,
+    private static func build(commonName: String?, key: PrivateKey, notBefore: Date, notAfter: Date, issuer: Certificate?,
                               issuerKey: PrivateKey, extensions: [(Int32, String)]) throws -> Certificate {
         guard let x509 = X509_new() else { throw OpenSSLError.drain("X509_new") }
         let certificate = Certificate(taking: x509)
@@ -98,8 +101,10 @@ public enum CertificateBuilder {
 
         guard let name = X509_NAME_new() else { throw OpenSSLError.drain("X509_NAME_new") }
         defer { X509_NAME_free(name) }
-        guard X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, commonName, -1, -1, 0) == 1,
-              X509_set_subject_name(x509, name) == 1,
+        if let commonName, X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, commonName, -1, -1, 0) != 1 {
+            throw OpenSSLError.drain("subject name")
+        }
+        guard X509_set_subject_name(x509, name) == 1,
               X509_set_issuer_name(x509, issuer.map { X509_get_subject_name($0.handle) } ?? name) == 1,
               X509_set_pubkey(x509, key.handle) == 1 else { throw OpenSSLError.drain("names and key") }
 

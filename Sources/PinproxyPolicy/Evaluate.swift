@@ -19,7 +19,8 @@ public enum TrustEvaluator {
 
     /// Decides whether `entry` admits a connection to `host`:`port` given the server's
     /// presentation at `time`. Checks, in order:
-    /// 1. `action = "deny"` → host-denied; a port outside `ports` → port-denied;
+    /// 1. `action = "deny"` → host-denied; a port outside `ports` → port-denied (under
+    ///    `enforce = false` the evaluation goes on, so every would-be refusal is listed);
     ///    `allow-insecure` → allow with no further check.
     /// 2. The chain, built and verified by OpenSSL to the entry's anchors at `time` (purpose TLS
     ///    server, security level 2, partial chains for listed and pinned anchors, the entry's
@@ -55,15 +56,14 @@ public enum TrustEvaluator {
                            verified: verified, pinCheck: pinCheck, notes: notes)
         }
 
-        switch requestCheck(port: port, entry: entry) {
-        case .failure(let failure):
-            failures.append(failure)
+        // Report-only request failures do not end the evaluation: the operator sees everything
+        // that would refuse the connection.
+        let requestFailures = requestChecks(port: port, entry: entry)
+        failures += requestFailures
+        if !requestFailures.isEmpty && policy.enforce { return finish() }
+        if policy.action == .allowInsecure {
+            notes.append("\(entry.name) has action = \"allow-insecure\": no certificate check was made")
             return finish()
-        case .insecure(let note):
-            notes.append(note)
-            return finish()
-        case .proceed:
-            break
         }
         guard let leaf = presentation.chain.first else {
             failures.append(.init(.untrustedChain, "the server presented no certificate"))
@@ -129,31 +129,25 @@ public enum TrustEvaluator {
     /// The part of the decision that needs no connection: host-denied and port-denied (and
     /// their report-only forms). The proxy calls it before resolving; nil means go on.
     public static func evaluateRequest(port: UInt16, entry: PolicyEntry) -> Verdict? {
-        guard case .failure(let failure) = requestCheck(port: port, entry: entry) else { return nil }
-        let outcome: Verdict.Outcome = entry.policy.enforce ? .refuse(failure.reason) : .reportOnly(failure.reason)
-        return Verdict(outcome: outcome, entry: entry, failures: [failure], presented: [], verified: [],
+        let failures = requestChecks(port: port, entry: entry)
+        guard let first = failures.first else { return nil }
+        let outcome: Verdict.Outcome = entry.policy.enforce ? .refuse(first.reason) : .reportOnly(first.reason)
+        return Verdict(outcome: outcome, entry: entry, failures: failures, presented: [], verified: [],
                        pinCheck: .notReached, notes: [])
     }
 
-    private enum RequestCheck {
-        case failure(Verdict.Failure)
-        case insecure(String)
-        case proceed
-    }
-
-    private static func requestCheck(port: UInt16, entry: PolicyEntry) -> RequestCheck {
+    /// host-denied and port-denied, in that order.
+    private static func requestChecks(port: UInt16, entry: PolicyEntry) -> [Verdict.Failure] {
         let policy = entry.policy
+        var failures: [Verdict.Failure] = []
         if policy.action == .deny {
-            return .failure(.init(.hostDenied, "\(entry.name) has action = \"deny\""))
+            failures.append(.init(.hostDenied, "\(entry.name) has action = \"deny\""))
         }
         if !policy.ports.contains(port) {
             let allowed = policy.ports.sorted().map(String.init).joined(separator: ", ")
-            return .failure(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
+            failures.append(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
         }
-        if policy.action == .allowInsecure {
-            return .insecure("\(entry.name) has action = \"allow-insecure\": no certificate check was made")
-        }
-        return .proceed
+        return failures
     }
 
     static func reason(for kind: ChainProblem.Kind) -> RefusalReason {

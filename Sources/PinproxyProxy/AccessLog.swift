@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
 
@@ -50,8 +51,7 @@ struct LineLogHandler: LogHandler {
         for key in values.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
             fields.append((key, "\(values[key]!)"))
         }
-        let line = prefixer.format(format == .json ? Self.json(fields) : Self.logfmt(fields), priority: Self.priority(event.level))
-        FileHandle.standardError.write(Data((line + "\n").utf8))
+        StandardError.writeLine(prefixer.format(format == .json ? Self.json(fields) : Self.logfmt(fields), priority: Self.priority(event.level)))
     }
 
     static func levelName(_ level: Logger.Level) -> String {
@@ -94,7 +94,15 @@ struct LineLogHandler: LogHandler {
             case "\r": result += "\\r"
             case "\t": result += "\\t"
             default:
-                if scalar.value < 0x20 { result += String(format: "\\u%04x", scalar.value) } else { result.unicodeScalars.append(scalar) }
+                // Controls, line and paragraph separators (U+0085, U+2028, U+2029) and format
+                // characters (bidi overrides) are escaped: a certificate subject must not be able
+                // to start a new log line or disguise one.
+                switch scalar.properties.generalCategory {
+                case .control, .lineSeparator, .paragraphSeparator, .format:
+                    for unit in String(scalar).utf16 { result += String(format: "\\u%04x", unit) }
+                default:
+                    result.unicodeScalars.append(scalar)
+                }
             }
         }
         return result
@@ -103,7 +111,7 @@ struct LineLogHandler: LogHandler {
 
 /// `2026-01-31T12:00:00.123Z`.
 func rfc3339Milliseconds(_ date: Date) -> String {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    return formatter.string(from: date)
+    timestampStyle.format(date)
 }
+
+private let timestampStyle = Date.ISO8601FormatStyle(includingFractionalSeconds: true)

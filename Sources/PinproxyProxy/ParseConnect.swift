@@ -95,6 +95,7 @@ extension ClientConnection {
                     }
                 } else if line.isEmpty {
                     clientSide.setReading(false)
+                    phaseTimer = nil  // the request is complete: request_timeout no longer applies
                     return lookUpPolicy()
                 } else {
                     headerBytes += line.utf8.count + 2

@@ -349,7 +349,10 @@ ACTIONS = cases(
     Ev("deny", host("api.test", action="deny"), refuse("host-denied"), pins_shown=False, entry="api.test"),
     Ev("deny-default", default(action="deny"), refuse("host-denied"), host="other.test", pins_shown=False, entry="default"),
     Ev("deny-default-entry-overrides", default(action="deny") + host("api.test", trust=TA), ALLOW, entry="api.test"),
-    Ev("deny-report-only", host("api.test", action="deny", enforce=False), would("host-denied"), pins_shown=False),
+    # Report-only: the evaluation goes on past host-denied, so the chain is judged too (the test
+    # root is not in the system store).
+    Ev("deny-report-only", host("api.test", action="deny", enforce=False), would("host-denied"), also=("untrusted-chain",)),
+    Ev("deny-report-only-trusted", host("api.test", action="deny", enforce=False, trust=TA), would("host-denied")),
     Ev("allow-insecure", host("api.test", action="allow-insecure"), ALLOW, chain="untrusted-chain.pem", pins_shown=False),
     Ev("allow-insecure-no-checks-at-all", host("*.wild.test", action="allow-insecure"), ALLOW, host="a.wild.test",
        chain="expired-chain.pem", pins_shown=False),
