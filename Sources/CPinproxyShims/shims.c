@@ -1,4 +1,5 @@
 #include "CPinproxyShims.h"
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -70,9 +71,16 @@ void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ct
 
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *)) { SSL_CTX_sess_set_new_cb(ctx, callback); }
 
+static int pp_server_name_index = -1;
+
+static void pp_free_server_name(void *parent, void *pointer, CRYPTO_EX_DATA *data, int index, long argl, void *argp) {
+    (void)parent; (void)data; (void)index; (void)argl; (void)argp;
+    free(pointer);
+}
+
 static int pp_require_server_name(SSL *ssl, int *alert, void *arg) {
     (void)arg;
-    const char *expected = SSL_get_app_data(ssl);
+    const char *expected = SSL_get_ex_data(ssl, pp_server_name_index);
     const char *sent = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
     if (expected == NULL || sent == NULL) return SSL_TLSEXT_ERR_OK;
     size_t length = strlen(sent);
@@ -82,4 +90,17 @@ static int pp_require_server_name(SSL *ssl, int *alert, void *arg) {
     return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
-void pp_SSL_CTX_require_server_name(SSL_CTX *ctx) { SSL_CTX_set_tlsext_servername_callback(ctx, pp_require_server_name); }
+void pp_SSL_CTX_require_server_name(SSL_CTX *ctx) {
+    if (pp_server_name_index < 0) pp_server_name_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, pp_free_server_name);
+    SSL_CTX_set_tlsext_servername_callback(ctx, pp_require_server_name);
+}
+
+int pp_SSL_expect_server_name(SSL *ssl, const char *name) {
+    char *copy = strdup(name);
+    if (copy == NULL) return 0;
+    if (SSL_set_ex_data(ssl, pp_server_name_index, copy) != 1) {
+        free(copy);
+        return 0;
+    }
+    return 1;
+}

@@ -76,8 +76,14 @@ public final class BufferEvent {
                                   minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool,
                                   sessions: TLSSessionCache? = nil, sessionKey: String? = nil) throws -> BufferEvent {
         let slot = sessions.flatMap { cache in sessionKey.map { SessionSlot(cache: cache, key: $0) } }
-        let ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
+        let ssl: OpaquePointer
+        do {
+            ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
                                       resumption: slot)
+        } catch {
+            closeSocket(socket)
+            throw error
+        }
         guard let handle = bufferevent_openssl_socket_new(loop.base, socket, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                           Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             releaseSessionSlot(ssl)
@@ -102,7 +108,7 @@ public final class BufferEvent {
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
         // the bytes still in its output) to this object's `linger`.
         guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
-            freeServerSSL(ssl)
+            SSL_free(ssl)
             throw OpenSSLError.drain("bufferevent_openssl_filter_new")
         }
         bufferevent_openssl_set_allow_dirty_shutdown(filter, 1)
@@ -140,7 +146,7 @@ public final class BufferEvent {
             // lacks (see `acceptTLS`). Freed on the loop's next pass, when libevent has surely
             // finished with the filter.
             let owned = OwnedSSL(pointer: filterSSL)
-            loop.post { freeServerSSL(owned.pointer) }
+            loop.post { SSL_free(owned.pointer) }
         }
         if let underlying {
             self.underlying = nil
@@ -203,18 +209,6 @@ public final class BufferEvent {
     public func setWriteLowWatermark(_ bytes: Int) {
         guard let handle else { return }
         bufferevent_setwatermark(handle, Int16(EV_WRITE), bytes, 0)
-    }
-
-    /// Reading pauses while the input holds `bytes` or more (0: no limit).
-    public func setReadHighWatermark(_ bytes: Int) {
-        guard let handle else { return }
-        bufferevent_setwatermark(handle, Int16(EV_READ), 0, bytes)
-    }
-
-    /// Bytes received and not yet consumed.
-    public var inputLength: Int {
-        guard let handle else { return 0 }
-        return evbuffer_get_length(bufferevent_get_input(handle))
     }
 
     /// Bytes queued here and not yet sent. For a TLS filter this excludes the (bounded)
@@ -309,12 +303,6 @@ public final class BufferEvent {
     public var requestedServerName: String? {
         guard let ssl, let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) else { return nil }
         return String(cString: name)
-    }
-
-    /// The negotiated protocol, e.g. `TLSv1.3`.
-    public var protocolVersion: String {
-        guard let ssl else { return "" }
-        return String(cString: SSL_get_version(ssl))
     }
 
     /// The OpenSSL errors behind the last TLS failure on this connection.

@@ -68,11 +68,9 @@ public final class EventLoop: @unchecked Sendable {
         for item in work { item() }
     }
 
-    /// The loop's cached notion of now (monotonic seconds), cheap to read in callbacks.
+    /// Now, in monotonic seconds (for idle and progress checks; a wall-clock step changes nothing).
     public var now: TimeInterval {
-        var tv = timeval()
-        event_base_gettimeofday_cached(base, &tv)
-        return TimeInterval(tv.tv_sec) + TimeInterval(tv.tv_usec) / 1_000_000
+        ProcessLimits.monotonicSeconds()
     }
 }
 

@@ -35,6 +35,13 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
     /// True for IPv6.
     public var isIPv6: Bool { bytes.count == 16 }
 
+    /// The IPv4 address an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) stands for; any other
+    /// address unchanged.
+    public var unmapped: IPAddress {
+        guard isIPv6, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF else { return self }
+        return IPAddress(bytes: Array(bytes[12..<16]))!
+    }
+
     /// The canonical text form (RFC 5952 for IPv6), without brackets.
     public var description: String {
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))

@@ -9,11 +9,20 @@ import CLibevent
 public final class Listener {
     private var handle: OpaquePointer?
     private let onAccept: (Int32, SocketAddress?) -> Void
+    private let loop: EventLoop
+    private var pause: Timer?
+    /// Told why accepting failed (out of file descriptors, say); accepting pauses for
+    /// `pauseAfterError` seconds instead of spinning on the error.
+    public var onError: ((String) -> Void)?
+
+    /// How long accepting pauses after an error.
+    public static let pauseAfterError: TimeInterval = 1
 
     /// Binds `address` with SO_REUSEADDR and SO_REUSEPORT, so that every loop can have its own
     /// listener on the same address and the kernel spreads connections across them.
     public init(loop: EventLoop, address: SocketAddress, onAccept: @escaping (Int32, SocketAddress?) -> Void) throws {
         self.onAccept = onAccept
+        self.loop = loop
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_EXEC)
         let context = Unmanaged.passUnretained(self).toOpaque()
         handle = address.withSockaddr { sockaddr, length in
@@ -22,12 +31,14 @@ public final class Listener {
         guard handle != nil else {
             throw ListenerError(message: "cannot listen on \(address): \(String(cString: strerror(errno)))")
         }
+        evconnlistener_set_error_cb(handle, Listener.errorCallback)
     }
 
     /// Accepts on a duplicate of an already listening socket (socket activation), so that every
     /// loop can accept on it; the caller keeps, and eventually closes, `socket` itself.
     public init(loop: EventLoop, listeningSocket socket: Int32, onAccept: @escaping (Int32, SocketAddress?) -> Void) throws {
         self.onAccept = onAccept
+        self.loop = loop
         let copy = fcntl(socket, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else {
             throw ListenerError(message: "cannot duplicate inherited socket \(socket): \(String(cString: strerror(errno)))")
@@ -40,11 +51,27 @@ public final class Listener {
             Glibc.close(copy)
             throw ListenerError(message: "cannot accept on inherited socket \(socket): \(String(cString: strerror(errno)))")
         }
+        evconnlistener_set_error_cb(handle, Listener.errorCallback)
     }
 
     private static let callback: evconnlistener_cb = { _, fd, sockaddr, _, context in
         let listener = Unmanaged<Listener>.fromOpaque(context!).takeUnretainedValue()
         listener.onAccept(fd, sockaddr.flatMap { SocketAddress(UnsafePointer($0)) })
+    }
+
+    private static let errorCallback: evconnlistener_errorcb = { listener, context in
+        let code = errno
+        Unmanaged<Listener>.fromOpaque(context!).takeUnretainedValue().acceptFailed(String(cString: strerror(code)))
+    }
+
+    private func acceptFailed(_ reason: String) {
+        guard let handle else { return }
+        evconnlistener_disable(handle)
+        onError?(reason)
+        pause = Timer(loop: loop, after: Self.pauseAfterError) { [weak self] in
+            guard let self, let handle = self.handle else { return }
+            evconnlistener_enable(handle)
+        }
     }
 
     /// The address the socket is bound to.
@@ -62,6 +89,7 @@ public final class Listener {
 
     /// Stops accepting and closes the socket.
     public func close() {
+        pause = nil
         if let handle {
             evconnlistener_free(handle)
             self.handle = nil

@@ -66,20 +66,14 @@ public final class TLSServerContext: @unchecked Sendable {
     }
 
     /// A new SSL presenting `certificate` (with `key`) to one client, which must send no SNI
-    /// or `serverName`. Free it with `freeServerSSL`.
+    /// or `serverName`.
     func makeSSL(certificate: Certificate, key: PrivateKey, serverName: String?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
-        if let serverName { _ = pp_SSL_set_app_data(ssl, strdup(serverName)) }
-        guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1 else {
-            freeServerSSL(ssl)
-            throw OpenSSLError.drain("installing the minted certificate")
+        guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1,
+              serverName.map({ pp_SSL_expect_server_name(ssl, $0) == 1 }) ?? true else {
+            SSL_free(ssl)
+            throw OpenSSLError.drain("preparing the client-side TLS")
         }
         return ssl
     }
-}
-
-/// Frees an SSL made by `TLSServerContext.makeSSL`, with the expected name it carries.
-func freeServerSSL(_ ssl: OpaquePointer) {
-    free(pp_SSL_get_app_data(ssl))
-    SSL_free(ssl)
 }

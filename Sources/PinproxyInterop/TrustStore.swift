@@ -19,11 +19,16 @@ public final class TrustStore: @unchecked Sendable {
         X509_STORE_free(handle)
     }
 
-    /// The operating system's trust store (OpenSSL's default paths). Loading reads files:
-    /// call it at start-up or reload, never on the event loop.
+    /// The operating system's trust store: OpenSSL's default bundle file (or `$SSL_CERT_FILE`),
+    /// read whole now, so that verification never touches the disk. Only where no bundle file
+    /// exists does it fall back to OpenSSL's default paths (a hashed directory, read lazily).
+    /// Call it at start-up or reload, never on the event loop.
     public static func system() throws -> TrustStore {
         guard let store = X509_STORE_new() else { throw OpenSSLError.drain("X509_STORE_new") }
-        guard X509_STORE_set_default_paths(store) == 1 else {
+        let variable = String(cString: X509_get_default_cert_file_env())
+        let file = ProcessInfo.processInfo.environment[variable] ?? String(cString: X509_get_default_cert_file())
+        let loaded = FileManager.default.isReadableFile(atPath: file) ? X509_STORE_load_file(store, file) : X509_STORE_set_default_paths(store)
+        guard loaded == 1 else {
             X509_STORE_free(store)
             throw OpenSSLError.drain("loading the system trust store")
         }

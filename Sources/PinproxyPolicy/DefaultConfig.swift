@@ -45,7 +45,8 @@ block_private_destinations = true
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
 
 # [resolve]
-# Names answered here instead of by DNS: one address or a list.
+# Names answered here instead of by DNS: one address or a list. These answers are checked
+# like DNS answers: a private address here needs block_private_destinations = false.
 # "api.internal.test" = "127.0.0.1"
 # "dual.internal.test" = ["127.0.0.1", "::1"]
 

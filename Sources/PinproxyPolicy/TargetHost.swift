@@ -7,10 +7,11 @@ public enum TargetHost: Hashable, Sendable, CustomStringConvertible {
     case ip(IPAddress)
 
     /// Parses and normalises a host: lower-cases, drops one trailing dot, accepts IPv6 with or
-    /// without brackets, and rejects anything that is not LDH ASCII or an IP literal.
+    /// without brackets (an IPv4-mapped one is its IPv4 address, so it meets the same entry),
+    /// and rejects anything that is not LDH ASCII or an IP literal.
     public init?(_ text: String) {
         if let address = IPAddress(text) {
-            self = .ip(address)
+            self = .ip(address.unmapped)
             return
         }
         guard let name = TargetHost.normaliseName(text) else { return nil }

@@ -29,7 +29,11 @@ public final class Daemon {
         let caDirectory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
         let metrics = ProxyMetrics()
-        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics)
+        let openFileLimit = ProcessLimits.raiseOpenFileLimit()
+        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics, openFileLimit: openFileLimit)
+        if config.proxy.maxConnections > shared.descriptorCeiling {
+            log.emit(.warning, "connection-limit", [(.detail, "the open-file limit (\(openFileLimit)) allows \(shared.descriptorCeiling) connections, fewer than max_connections = \(config.proxy.maxConnections): raise LimitNOFILE / ulimit -n")])
+        }
         ignoreBrokenPipe()
         EventLibraryLog.route { [log] severity, message in
             switch severity {
@@ -59,8 +63,8 @@ public final class Daemon {
         }
         metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
         if let metricsListen = config.proxy.metricsListen {
-            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: metrics.adminRoutes(healthy: { [shared] in
-                !shared.draining.load(ordering: .relaxed)
+            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: metrics.adminRoutes(healthy: { [shared, workers] in
+                !shared.draining.load(ordering: .relaxed) && workers.allSatisfy { $0.isAlive(within: Self.stuckAfter) }
             }))
         }
         for warning in config.warnings {
@@ -84,9 +88,13 @@ public final class Daemon {
         startHousekeeping()
         notifier.ready(status: statusLine())
         control.run()
+        for worker in workers { worker.join(timeout: 5) }
         shared.log.emit(.info, "stopped", [(.detail, "open tunnels at exit: \(shared.openTunnels.load(ordering: .relaxed))")])
         return 0
     }
+
+    /// A worker whose heartbeat is older than this is stuck.
+    static let stuckAfter: TimeInterval = 5 * Worker.heartbeatInterval
 
     /// The one-line STATUS= for systemd.
     private func statusLine() -> String { Self.status(shared) }
@@ -98,8 +106,11 @@ public final class Daemon {
     /// Watchdog pings, STATUS= updates, and the daily countdown of pin-expiry days.
     private func startHousekeeping() {
         if let interval = notifier.watchdogInterval {
+            // Pinged only while every worker loop beats: a stuck worker lets systemd restart us.
             let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
-            housekeeping.append(PinproxyInterop.Timer(loop: control, after: seconds, repeats: true) { [notifier] in notifier.watchdog() })
+            housekeeping.append(PinproxyInterop.Timer(loop: control, after: seconds, repeats: true) { [notifier, workers] in
+                if workers.allSatisfy({ $0.isAlive(within: Self.stuckAfter) }) { notifier.watchdog() }
+            })
         }
         if notifier.isEnabled {
             housekeeping.append(PinproxyInterop.Timer(loop: control, after: 5, repeats: true) { [unowned self] in

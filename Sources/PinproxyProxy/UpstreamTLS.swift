@@ -6,7 +6,7 @@ extension ClientConnection {
     /// Step 5b: the upstream TLS handshake: SNI = host (none for IP literals), ALPN http/1.1,
     /// the entry's minimum version, a staple request under `revocation = "ocsp-staple"`.
     func startUpstreamTLS(socket: Int32) {
-        guard let (host, _) = target, let entry else { return }
+        guard let (host, _) = target, let entry else { return closeSocket(socket) }
         phase = .upstreamHandshake
         handshakeStarted = Date()
         let upstream: BufferEvent

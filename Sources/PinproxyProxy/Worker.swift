@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
@@ -19,8 +20,11 @@ final class SharedState: Sendable {
     let openTunnels = Atomic<Int>(0)
     /// Set at SIGTERM: /healthz then reports 503.
     let draining = Atomic<Bool>(false)
+    /// Open connections the process's file-descriptor limit allows (two descriptors each).
+    let descriptorCeiling: Int
 
-    init(policy: PolicyState, localCA: LocalCA, log: AccessLog, metrics: ProxyMetrics) throws {
+    init(policy: PolicyState, localCA: LocalCA, log: AccessLog, metrics: ProxyMetrics, openFileLimit: Int) throws {
+        descriptorCeiling = max(1, (openFileLimit - 64) / 2)
         self.policy = policy
         self.localCA = localCA
         self.log = log
@@ -36,7 +40,7 @@ final class SharedState: Sendable {
 
     func tunnelClosed() {
         openTunnels.subtract(1, ordering: .relaxed)
-        metrics.tunnelClosed(bytesUp: 0, bytesDown: 0)
+        metrics.tunnelClosed()
     }
 }
 
@@ -47,15 +51,37 @@ final class Worker: @unchecked Sendable {
     let shared: SharedState
     private var listeners: [Listener] = []
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    private var heartbeatTimer: PinproxyInterop.Timer?
+    private var lastLimitWarning: TimeInterval = -.infinity
+    private let finished = DispatchSemaphore(value: 0)
+    /// When this loop last ran its heartbeat timer (monotonic milliseconds): a worker that stops
+    /// beating is stuck, and the watchdog and /healthz say so.
+    let heartbeat = Atomic<Int>(0)
+
+    /// How often a worker proves it is alive.
+    static let heartbeatInterval: TimeInterval = 1
 
     init(shared: SharedState) {
         self.shared = shared
+        // Reads resolv.conf and /etc/hosts now, not on the loop at the first lookup.
+        _ = loop.dns
+        beat()
+        heartbeatTimer = PinproxyInterop.Timer(loop: loop, after: Self.heartbeatInterval, repeats: true) { [unowned self] in self.beat() }
+    }
+
+    private func beat() {
+        heartbeat.store(Int(ProcessLimits.monotonicSeconds() * 1000), ordering: .relaxed)
+    }
+
+    /// Whether the loop has beaten within `seconds`.
+    func isAlive(within seconds: TimeInterval) -> Bool {
+        Double(Int(ProcessLimits.monotonicSeconds() * 1000) - heartbeat.load(ordering: .relaxed)) / 1000 <= seconds
     }
 
     /// Binds every address (before `start`).
     func listen(on addresses: [ListenAddress]) throws {
         for address in addresses {
-            listeners.append(try Listener(loop: loop, address: SocketAddress(address: address.address, port: address.port)) { [unowned self] socket, client in
+            add(try Listener(loop: loop, address: SocketAddress(address: address.address, port: address.port)) { [unowned self] socket, client in
                 self.accept(socket: socket, client: client)
             })
         }
@@ -64,10 +90,18 @@ final class Worker: @unchecked Sendable {
     /// Accepts on sockets handed over by the service manager (before `start`).
     func listen(onInherited sockets: [Int32]) throws {
         for socket in sockets {
-            listeners.append(try Listener(loop: loop, listeningSocket: socket) { [unowned self] socket, client in
+            add(try Listener(loop: loop, listeningSocket: socket) { [unowned self] socket, client in
                 self.accept(socket: socket, client: client)
             })
         }
+    }
+
+    private func add(_ listener: Listener) {
+        listener.onError = { [shared, weak listener] reason in
+            shared.log.emit(.error, "accept-failed", [(.address, listener?.localAddress?.description ?? "-"),
+                                                      (.detail, "\(reason): accepting pauses for \(formatSeconds(Listener.pauseAfterError))")])
+        }
+        listeners.append(listener)
     }
 
     /// Where the listeners are bound.
@@ -75,19 +109,32 @@ final class Worker: @unchecked Sendable {
 
     /// Runs the loop on a new thread.
     func start(name: String) {
-        let thread = Thread { [loop] in loop.run() }
+        let thread = Thread { [loop, finished] in
+            loop.run()
+            finished.signal()
+        }
         thread.name = name
         thread.start()
     }
 
+    /// Waits until the loop's thread has returned (after `stop`), at most `timeout` seconds.
+    func join(timeout: TimeInterval) {
+        _ = finished.wait(timeout: .now() + timeout)
+    }
+
     private func accept(socket: Int32, client: SocketAddress?) {
         let config = shared.policy.config
+        let limit = min(config.proxy.maxConnections, shared.descriptorCeiling)
         let open = shared.openConnections.add(1, ordering: .relaxed).newValue
-        guard open <= config.proxy.maxConnections else {
+        guard open <= limit else {
             shared.openConnections.subtract(1, ordering: .relaxed)
             closeSocket(socket)
-            shared.log.emit(.warning, "connection-limit", [(.client, client?.description ?? "-"),
-                                                           (.detail, "max_connections = \(config.proxy.maxConnections) reached: closed at accept")])
+            // At most one line a second: a flood of connections must not become a flood of logs.
+            if loop.now - lastLimitWarning >= 1 {
+                lastLimitWarning = loop.now
+                shared.log.emit(.warning, "connection-limit", [(.client, client?.description ?? "-"),
+                                                               (.detail, "\(limit) connections open (max_connections, or the open-file limit): new ones are closed at accept")])
+            }
             return
         }
         let connection = ClientConnection(worker: self, socket: socket, client: client, config: config)

@@ -101,15 +101,6 @@ public final class ProxyMetrics: Sendable {
         connectionCounter(outcome, reason: reason).increment()
     }
 
-    /// Counts a verdict's outcome (allow, refuse, report-only).
-    public func connection(_ outcome: Verdict.Outcome) {
-        switch outcome {
-        case .allow: connection(outcome: .allowed, reason: nil)
-        case .refuse(let reason): connection(outcome: .refused, reason: reason)
-        case .reportOnly(let reason): connection(outcome: .wouldRefuse, reason: reason)
-        }
-    }
-
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
     /// `patternLabel(for:)`); `reportOnly` for an `enforce = false` entry's would-refuse.
     public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false) {
@@ -143,11 +134,9 @@ public final class ProxyMetrics: Sendable {
         if bytesDown > 0 { bytesToClient.increment(by: Int64(clamping: bytesDown)) }
     }
 
-    /// A tunnel closed, having relayed `bytesUp` (client to upstream) and `bytesDown` (upstream
-    /// to client) not yet reported through `relayed(bytesUp:bytesDown:)`.
-    public func tunnelClosed(bytesUp: UInt64, bytesDown: UInt64) {
+    /// A tunnel closed (its bytes were counted by `relayed` as they went).
+    public func tunnelClosed() {
         openTunnels.decrement()
-        relayed(bytesUp: bytesUp, bytesDown: bytesDown)
     }
 
     // MARK: Latency
@@ -160,16 +149,6 @@ public final class ProxyMetrics: Sendable {
     /// One verification (chain, host, pins, revocation) took `seconds`.
     public func verificationLatency(_ seconds: Double) {
         verificationSeconds.record(seconds)
-    }
-
-    /// One upstream TLS handshake took `duration`.
-    public func handshakeLatency(_ duration: Duration) {
-        handshakeLatency(Self.seconds(duration))
-    }
-
-    /// One verification took `duration`.
-    public func verificationLatency(_ duration: Duration) {
-        verificationLatency(Self.seconds(duration))
     }
 
     // MARK: Reloads and pins
@@ -246,10 +225,5 @@ public final class ProxyMetrics: Sendable {
 
     private func reloadCounter(ok: Bool) -> Counter {
         registry.makeCounter(name: Name.reloads, labels: [("result", ok ? "ok" : "failed")], help: Help.reloads)
-    }
-
-    private static func seconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

@@ -9,7 +9,7 @@ final class AdminHTTPServerTests: XCTestCase {
     func testServesMetricsAndHealthz() throws {
         let loop = RunningLoop()
         let metrics = ProxyMetrics()
-        metrics.connection(.refuse(.pinMismatch))
+        metrics.connection(outcome: .refused, reason: .pinMismatch)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
         metrics.tunnelOpened()
         final class Health: @unchecked Sendable { var ok = true }
@@ -35,7 +35,8 @@ final class AdminHTTPServerTests: XCTestCase {
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 1)
 
         // Updates between scrapes show up: the handler renders on every request.
-        metrics.tunnelClosed(bytesUp: 10, bytesDown: 20)
+        metrics.relayed(bytesUp: 10, bytesDown: 20)
+        metrics.tunnelClosed()
         let second = try PrometheusParser.parse(try httpRequest(port: port, path: "/metrics?debug=1").body)
         XCTAssertEqual(second.value("pinproxy_open_tunnels"), 0)
         XCTAssertEqual(second.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 20)

@@ -66,9 +66,12 @@ void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx);
 
 // SSL_CTX_set_tlsext_servername_callback is a macro. The callback installed here refuses a
 // ClientHello whose SNI differs (case-insensitively, one trailing dot ignored) from the name
-// stored as the SSL's app data, with an unrecognized_name alert; no name stored, or no SNI
-// sent, is accepted.
+// set with pp_SSL_expect_server_name, with an unrecognized_name alert; no name set, or no SNI
+// sent, is accepted. The first call (at start-up, before any thread) allocates the ex_data slot.
 void pp_SSL_CTX_require_server_name(SSL_CTX *ctx);
+
+// Stores a copy of `name` in the SSL's own ex_data slot; it is freed with the SSL.
+int pp_SSL_expect_server_name(SSL *ssl, const char *name);
 
 // SSL_CTX_sess_set_new_cb with a Swift-provided callback (a plain function pointer).
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *));

@@ -1,0 +1,25 @@
+import Glibc
+import Foundation
+
+/// The process's open-file limit and a monotonic clock.
+public enum ProcessLimits {
+    /// Raises the soft limit on open files to the hard limit; returns the soft limit now in force.
+    @discardableResult
+    public static func raiseOpenFileLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return Int(clamping: limit.rlim_cur)  // RLIM_INFINITY clamps to Int.max
+    }
+
+    /// Seconds on CLOCK_MONOTONIC: unaffected by changes to the wall clock.
+    public static func monotonicSeconds() -> TimeInterval {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return TimeInterval(now.tv_sec) + TimeInterval(now.tv_nsec) / 1_000_000_000
+    }
+}
