@@ -53,8 +53,10 @@ public enum RequestLine: Equatable, Sendable {
               let port = UInt16(portText), port > 0 else { return nil }
         let hostText = String(authority[..<colon])
         if hostText.hasPrefix("[") {
-            guard hostText.hasSuffix("]"), case .ip(let address)? = TargetHost(hostText), address.isIPv6 else { return nil }
-            return (.ip(address), port)
+            // Brackets hold IPv6 only (an IPv4-mapped one then stands for its IPv4 address).
+            guard hostText.hasSuffix("]"), let address = IPAddress(hostText), address.isIPv6,
+                  let host = TargetHost(hostText) else { return nil }
+            return (host, port)
         }
         guard !hostText.contains(":"), let host = TargetHost(hostText) else { return nil }
         return (host, port)
