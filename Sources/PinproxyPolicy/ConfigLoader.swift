@@ -459,9 +459,7 @@ private struct Loader {
                 continue
             }
             seen[host.pattern] = host.key
-            if let policy = host.policy {
-                entries.append(PolicyEntry(pattern: host.pattern, name: host.name, line: host.line, policy: policy))
-            }
+            if let entry = host.entry { entries.append(entry) }
         }
         return entries
     }
@@ -486,8 +484,10 @@ private struct Loader {
                 error(keyPath, "\(name): invalid host pattern: use a DNS name in LDH ASCII (xn-- form for internationalised names), \"*.\" followed by a name, or an IP literal")
                 continue
             }
-            let policy = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy)
-            hosts.append(ParsedHost(key: key, line: line, pattern: pattern, name: name, policy: policy))
+            let entry = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy).map {
+                PolicyEntry(pattern: pattern, name: name, line: line, policy: $0)
+            }
+            hosts.append(ParsedHost(key: key, pattern: pattern, name: name, entry: entry))
         }
         return hosts
     }
@@ -712,11 +712,10 @@ private final class IndexInBackground: @unchecked Sendable {
 /// One `[hosts."PATTERN"]` entry as parsed, before duplicates are settled.
 private struct ParsedHost {
     let key: String
-    let line: Int
     let pattern: HostPattern
     let name: String
     /// nil when the entry has errors (reported already).
-    let policy: HostPolicy?
+    let entry: PolicyEntry?
 }
 
 /// Hands values that are only read (or owned by one task) across `concurrentPerform`.
