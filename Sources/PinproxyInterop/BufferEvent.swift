@@ -188,6 +188,14 @@ public final class BufferEvent {
         bufferevent_enable(handle, Int16(EV_WRITE))
     }
 
+    /// Tells the peer this side sends nothing more (TLS close_notify); reading goes on until the
+    /// peer ends too. No-op before the handshake has finished.
+    public func shutdownWrite() {
+        guard let handle, isTLS, let ssl = bufferevent_openssl_get_ssl(handle), SSL_is_init_finished(ssl) == 1 else { return }
+        _ = SSL_shutdown(ssl)
+        _ = drainErrorQueue()
+    }
+
     /// Whether `close` has been called.
     public var isClosed: Bool { handle == nil }
 

@@ -41,7 +41,9 @@ final class ClientConnection {
     var lastActivity: TimeInterval = 0
     var bytesUp = 0
     var bytesDown = 0
-    var finishing = false
+    /// Directions whose source has stopped sending, and those whose sink has been told so.
+    var ended: Set<Direction> = []
+    var shutDown: Set<Direction> = []
     var closeReason = ""
 
     init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config) {

@@ -4,8 +4,9 @@ import PinproxyInterop
 extension ClientConnection {
     /// Step 9: bytes both ways between the two TLS sessions. Each direction buffers at most
     /// `relay_buffer_bytes` before its reader pauses (resumed when the writer drains to half).
-    /// When one side ends, what it sent is delivered and then both are closed; a tunnel with
-    /// no traffic either way for `idle_timeout` is closed.
+    /// Half-close: when one side stops sending, what it sent is delivered, then the other peer
+    /// gets a TLS close_notify while the opposite direction goes on; once both have ended,
+    /// both sides are closed. A tunnel with no traffic either way for `idle_timeout` is closed.
     func relay() {
         guard let upstream else { return close() }
         phase = .relaying
@@ -27,7 +28,12 @@ extension ClientConnection {
         pump(from: upstream, to: clientSide, direction: .down)
     }
 
-    enum Direction { case up, down }
+    /// A direction of the tunnel: up is client to upstream.
+    enum Direction {
+        case up, down
+
+        var other: Direction { self == .up ? .down : .up }
+    }
 
     private func connect(from source: BufferEvent, to sink: BufferEvent, direction: Direction) {
         let limit = config.proxy.relayBufferBytes
@@ -37,8 +43,8 @@ extension ClientConnection {
         }
         sink.onWrite = { [weak self, unowned source, unowned sink] in
             guard let self else { return }
-            if self.finishing {
-                if sink.outputLength == 0 { self.close() }
+            if self.ended.contains(direction) {
+                if sink.outputLength == 0 { self.finish(direction, sink: sink) }
             } else if !source.isReading && !source.isClosed {
                 source.setReading(true)
             }
@@ -51,15 +57,26 @@ extension ClientConnection {
                 return self.close()
             }
             if events.contains(.eof) || events.contains(.error) || events.contains(.timeout) {
-                // The side stopped sending (cleanly or not): deliver what it sent, then close.
+                // The side stopped sending (cleanly or not): deliver what it sent first.
                 self.pump(from: source, to: sink, direction: direction)
-                self.closeReason = direction == .up ? "client closed" : "upstream closed"
-                self.finishing = true
                 source.setReading(false)
+                self.ended.insert(direction)
+                if self.closeReason.isEmpty { self.closeReason = direction == .up ? "client closed" : "upstream closed" }
                 sink.setWriteLowWatermark(0)
-                if sink.outputLength == 0 { self.close() }
+                if sink.outputLength == 0 { self.finish(direction, sink: sink) }
             }
         }
+    }
+
+    /// `direction` has ended and everything it carried is sent: its sink's peer is told (TLS
+    /// close_notify); once the other direction has ended too, the tunnel closes.
+    private func finish(_ direction: Direction, sink: BufferEvent) {
+        guard !shutDown.contains(direction) else { return }
+        shutDown.insert(direction)
+        if shutDown.contains(direction.other) {
+            return close()
+        }
+        sink.shutdownWrite()
     }
 
     private func pump(from source: BufferEvent, to sink: BufferEvent, direction: Direction) {

@@ -146,3 +146,82 @@ def test_special_ipv6_ranges_are_private_destinations(make_proxy, origins, addre
     p = make_proxy(proxy={"allow_ports": [origins.api.port], "block_private_destinations": True},
                    resolve={"special.test": address}, default={"action": "allow-insecure"})
     expect_refusal(p, "special.test", origins.api.port, "destination-denied")
+
+
+class EchoAfterCloseOrigin:
+    """A TLS origin that reads until the client's close_notify, then answers with a digest of
+    what it read: it only answers a client that half-closed."""
+
+    def __init__(self, pki_dir: Path):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(str(pki_dir / "api-chain.pem"), str(pki_dir / "api.key"))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        raw, _ = self.listener.accept()
+        with self.context.wrap_socket(raw, server_side=True) as tls:
+            received = b""
+            while chunk := tls.recv(65536):
+                received += chunk
+            tls.sendall(b"read %d bytes, sha256 %s\n" % (len(received), hashlib.sha256(received).hexdigest().encode()))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_half_close_lets_the_answer_through(make_proxy, pki):
+    """The client sends its data and a TLS close_notify but keeps reading: pinproxy passes the
+    close_notify on to the origin and relays the origin's answer back."""
+    origin = EchoAfterCloseOrigin(pki.dir)
+    p = make_proxy(proxy={"allow_ports": [origin.port]}, resolve={API: "127.0.0.1"},
+                   hosts={API: pinned_entry(pki, "api", "int-a")})
+    try:
+        c = connect(p.port, API, origin.port)
+        assert c.answer.status == 200, c.answer
+        sock = c.sock
+        sock.settimeout(TIMEOUT)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = p.client_context().wrap_bio(incoming, outgoing, server_hostname=API)
+
+        def flush() -> None:
+            if data := outgoing.read():
+                sock.sendall(data)
+
+        def feed() -> bool:
+            data = sock.recv(65536)
+            if data:
+                incoming.write(data)
+            else:
+                incoming.write_eof()
+            return bool(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                flush()
+                feed()
+        flush()
+        payload = bytes(range(256)) * 1000
+        tls.write(payload)
+        with pytest.raises(ssl.SSLWantReadError):
+            tls.unwrap()  # sends close_notify; the peer's own comes later
+        flush()
+
+        answer = b""
+        while True:
+            try:
+                answer += tls.read(65536)
+            except ssl.SSLWantReadError:
+                if not feed():
+                    break
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+        expected = b"read %d bytes, sha256 %s\n" % (len(payload), hashlib.sha256(payload).hexdigest().encode())
+        assert answer == expected, f"after a half-close the client got {answer!r}\n{p.describe()}"
+        sock.close()
+    finally:
+        origin.close()
