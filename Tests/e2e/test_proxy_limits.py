@@ -225,3 +225,26 @@ def test_half_close_lets_the_answer_through(make_proxy, pki):
         sock.close()
     finally:
         origin.close()
+
+
+def test_certificate_text_cannot_forge_log_lines(make_proxy, pki, tmp_path):
+    """A server's certificate subject is logged (chain=...); separators and format characters in
+    it are escaped, so it can neither start a new line (U+2028, NEL, newline) nor disguise one."""
+    import origin as originlib
+    import pki as pkilib
+
+    forged = "evil\u2028level=error event=reload outcome=failed\u0085\u202eX\nY"
+    leaf = pkilib.make_leaf(forged, None, san_dns=[API])
+    leaf.write(tmp_path, "forged", leaf)
+    server = originlib.TLSOrigin(tmp_path / "forged-chain.pem", tmp_path / "forged.key", name="forged")
+    try:
+        p = make_proxy(proxy={"allow_ports": [server.port]}, resolve={API: "127.0.0.1"},
+                       hosts={API: {"trust": ["root-a.pem"]}})
+        expect_refusal(p, API, server.port, "untrusted-chain")
+        raw = p.log_path.read_bytes().decode("utf-8")
+        for character in ("\u2028", "\u0085", "\u202e"):
+            assert character not in raw, f"U+{ord(character):04X} reached the log unescaped"
+        assert all(line.startswith("time=") for line in raw.split("\n") if line), raw
+        assert "\\u2028level=error event=reload" in raw, raw
+    finally:
+        server.close()
