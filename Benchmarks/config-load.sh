@@ -42,14 +42,17 @@ PY
 
 echo "config: $entries entries, $(wc -l <"$config") lines, $(du -h "$config" | cut -f1) ($config)"
 echo "binary: $binary"
-best=
+times=()
 for run in $(seq "$runs"); do
     start=$EPOCHREALTIME
     "$binary" check --config "$config" >"$work/out.txt" 2>&1 || { cat "$work/out.txt" >&2; echo "check failed" >&2; exit 1; }
     end=$EPOCHREALTIME
     seconds=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')
     echo "run $run: $seconds s"
-    if [[ -z $best ]] || awk -v s="$seconds" -v b="$best" 'BEGIN { exit !(s < b) }'; then best=$seconds; fi
+    times+=("$seconds")
 done
 grep -E '^hosts:' "$work/out.txt" || true
-echo "best of $runs: $best s for $entries entries"
+printf '%s\n' "${times[@]}" | sort -n | awk -v n="$runs" -v entries="$entries" '
+    { t[NR] = $1 }
+    END { printf "%d entries, %d runs: best %.3f s, median %.3f s, worst %.3f s\n", entries, n, t[1], t[int((n + 1) / 2)], t[n] }
+'

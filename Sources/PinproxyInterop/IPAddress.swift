@@ -19,17 +19,18 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
             literal = literal.dropFirst().dropLast()
             guard literal.contains(":") else { return nil }
         }
-        var v4 = in_addr()
-        if inet_pton(AF_INET, String(literal), &v4) == 1 {
-            self.bytes = withUnsafeBytes(of: &v4) { Array($0) }
-            return
-        }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, String(literal), &v6) == 1 {
+        // inet_pton reads IPv4 as digits and dots only, and IPv6 always has a colon: a host
+        // name (the common case) is turned away without a call.
+        if literal.utf8.contains(UInt8(ascii: ":")) {
+            var v6 = in6_addr()
+            guard inet_pton(AF_INET6, String(literal), &v6) == 1 else { return nil }
             self.bytes = withUnsafeBytes(of: &v6) { Array($0) }
-            return
+        } else {
+            guard literal.utf8.allSatisfy({ $0 == UInt8(ascii: ".") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else { return nil }
+            var v4 = in_addr()
+            guard inet_pton(AF_INET, String(literal), &v4) == 1 else { return nil }
+            self.bytes = withUnsafeBytes(of: &v4) { Array($0) }
         }
-        return nil
     }
 
     /// True for IPv6.

@@ -32,8 +32,19 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
-        // The line index is built on another core while TOMLKit parses.
-        let indexing = IndexInBackground(text)
+        // While TOMLKit parses, other cores build the line index, work out what the host keys
+        // alone tell, and read the system trust store.
+        let indexing = InBackground { () -> (SourceIndex, HostKeys) in
+            let index = SourceIndex(text)
+            return (index, HostKeys(index.tables(under: "hosts")))
+        }
+        let systemStore = InBackground { Result { try TrustStore.system() } }
+        // Nothing is left running on return: the process may exit right after, and OpenSSL's
+        // exit handler must not meet a store being read.
+        defer {
+            _ = indexing.result()
+            _ = systemStore.result()
+        }
         let document: TOMLTable
         do {
             document = try TOMLTable(string: text)
@@ -43,8 +54,14 @@ public enum ConfigLoader {
         } catch {
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: "TOML syntax: \(error)")])
         }
-        var loader = Loader(path: path, directory: directory, now: now, index: indexing.result())
+        let (index, writtenHosts) = indexing.result()
+        var loader = Loader(path: path, directory: directory, now: now, index: index, writtenHosts: writtenHosts, systemStore: systemStore)
         let config = loader.load(document)
+        // TOMLKit never frees a parsed document: its nodes are freed here, on another core,
+        // because freeing 100,000 entries takes as long as parsing them. Nothing keeps a
+        // TOMLKit value past this point.
+        let parsed = UncheckedSendable(value: document)
+        DispatchQueue.global(qos: .utility).async { parsed.value.clear() }
         guard let config, loader.errors.isEmpty else {
             throw ConfigError(diagnostics: loader.errors.sorted { $0.line < $1.line })
         }
@@ -58,10 +75,13 @@ private struct Loader {
     let directory: String
     let now: Date
     let index: SourceIndex
+    /// The keys of the `[hosts."…"]` headers the index found.
+    let writtenHosts: HostKeys
     var errors: [Diagnostic] = []
     var warnings: [Diagnostic] = []
     private var certificateFiles: [String: [Certificate]] = [:]
-    private var systemStore: TrustStore?
+    /// The system trust store, read on another core while TOMLKit parses: most configs use it.
+    private let systemStore: InBackground<Result<TrustStore, Error>>
 
     static let topLevelKeys = ["proxy", "resolve", "default", "hosts"]
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
@@ -73,11 +93,14 @@ private struct Loader {
     static let certificateExtensions: Set<String> = ["pem", "crt", "cer", "der"]
     static let warningWindow: TimeInterval = 30 * 86_400
 
-    init(path: String, directory: String, now: Date, index: SourceIndex) {
+    init(path: String, directory: String, now: Date, index: SourceIndex, writtenHosts: HostKeys,
+         systemStore: InBackground<Result<TrustStore, Error>>) {
         self.path = path
         self.directory = directory
         self.now = now
         self.index = index
+        self.writtenHosts = writtenHosts
+        self.systemStore = systemStore
     }
 
     // MARK: Diagnostics
@@ -97,9 +120,12 @@ private struct Loader {
 
     /// `hosts."api.test".pins` or `proxy.listen`.
     static func display(_ keyPath: [String]) -> String {
-        keyPath.map { key in
-            !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) ? key : "\"\(key)\""
-        }.joined(separator: ".")
+        var result = ""
+        for key in keyPath {
+            if !result.isEmpty { result += "." }
+            if !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) { result += key } else { result += "\"\(key)\"" }
+        }
+        return result
     }
 
     mutating func unknownKey(_ keyPath: [String], known: [String]) {
@@ -117,15 +143,18 @@ private struct Loader {
         error(keyPath, "\(Self.display(keyPath)) must be \(expected), not \(withArticle(value.type))")
     }
 
-    mutating func string(_ value: TOMLValueConvertible, _ keyPath: [String]) -> String? {
+    // The readers below take their key path as an autoclosure: an entry's key paths are
+    // built only when a diagnostic needs one.
+
+    mutating func string(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> String? {
         if let string = value.string { return string }
-        typeError(keyPath, value, expected: "a string")
+        typeError(keyPath(), value, expected: "a string")
         return nil
     }
 
-    mutating func bool(_ value: TOMLValueConvertible, _ keyPath: [String]) -> Bool? {
+    mutating func bool(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> Bool? {
         if let bool = value.bool { return bool }
-        typeError(keyPath, value, expected: "true or false")
+        typeError(keyPath(), value, expected: "true or false")
         return nil
     }
 
@@ -154,45 +183,45 @@ private struct Loader {
         return number
     }
 
-    mutating func strings(_ value: TOMLValueConvertible, _ keyPath: [String], allowEmpty: Bool = true) -> [String]? {
+    mutating func strings(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String], allowEmpty: Bool = true) -> [String]? {
         guard let array = value.array else {
-            typeError(keyPath, value, expected: "an array of strings")
+            typeError(keyPath(), value, expected: "an array of strings")
             return nil
         }
         var result: [String] = []
         for element in array {
             guard let string = element.string else {
-                error(keyPath, "\(Self.display(keyPath)) must be an array of strings, and holds \(withArticle(element.type))")
+                error(keyPath(), "\(Self.display(keyPath())) must be an array of strings, and holds \(withArticle(element.type))")
                 return nil
             }
             result.append(string)
         }
         if !allowEmpty && result.isEmpty {
-            error(keyPath, "\(Self.display(keyPath)) must not be empty")
+            error(keyPath(), "\(Self.display(keyPath())) must not be empty")
             return nil
         }
         return result
     }
 
-    mutating func choice<T: RawRepresentable & CaseIterable>(_ value: TOMLValueConvertible, _ keyPath: [String], _ type: T.Type) -> T? where T.RawValue == String {
-        guard let text = string(value, keyPath) else { return nil }
+    mutating func choice<T: RawRepresentable & CaseIterable>(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String], _ type: T.Type) -> T? where T.RawValue == String {
+        guard let text = string(value, keyPath()) else { return nil }
         if let parsed = T(rawValue: text) { return parsed }
         let allowed = T.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
-        error(keyPath, "\(Self.display(keyPath)) = \"\(text)\" is not one of \(allowed)")
+        error(keyPath(), "\(Self.display(keyPath())) = \"\(text)\" is not one of \(allowed)")
         return nil
     }
 
-    mutating func ports(_ value: TOMLValueConvertible, _ keyPath: [String]) -> Set<UInt16>? {
+    mutating func ports(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> Set<UInt16>? {
         guard let array = value.array, !array.isEmpty else {
-            if value.array == nil { typeError(keyPath, value, expected: "an array of port numbers") } else {
-                error(keyPath, "\(Self.display(keyPath)) must not be empty")
+            if value.array == nil { typeError(keyPath(), value, expected: "an array of port numbers") } else {
+                error(keyPath(), "\(Self.display(keyPath())) must not be empty")
             }
             return nil
         }
         var result: Set<UInt16> = []
         for element in array {
             guard let port = element.int, (1...65_535).contains(port) else {
-                error(keyPath, "\(Self.display(keyPath)) must hold port numbers from 1 to 65535, and holds \(element.debugDescription)")
+                error(keyPath(), "\(Self.display(keyPath())) must hold port numbers from 1 to 65535, and holds \(element.debugDescription)")
                 return nil
             }
             result.insert(UInt16(port))
@@ -208,7 +237,7 @@ private struct Loader {
 
     /// Loads every certificate in the listed files and directories (each certificate file: PEM
     /// bundle or DER; in a directory, files ending .pem .crt .cer .der in any case).
-    mutating func certificates(_ files: [String], _ keyPath: [String], what: String) -> [Certificate]? {
+    mutating func certificates(_ files: [String], _ keyPath: @autoclosure () -> [String], what: String) -> [Certificate]? {
         var result: [Certificate] = []
         var failed = false
         for file in files {
@@ -219,7 +248,7 @@ private struct Loader {
             }
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: resolved, isDirectory: &isDirectory) else {
-                error(keyPath, element: file, "\(what) \"\(file)\" does not exist (\(resolved))")
+                error(keyPath(), element: file, "\(what) \"\(file)\" does not exist (\(resolved))")
                 failed = true
                 continue
             }
@@ -228,19 +257,19 @@ private struct Loader {
                 let names = (try? FileManager.default.contentsOfDirectory(atPath: resolved)) ?? []
                 let certificateNames = names.filter { Self.certificateExtensions.contains(($0 as NSString).pathExtension.lowercased()) }.sorted()
                 if certificateNames.isEmpty {
-                    error(keyPath, element: file, "\(what) directory \"\(file)\" holds no .pem, .crt, .cer or .der file")
+                    error(keyPath(), element: file, "\(what) directory \"\(file)\" holds no .pem, .crt, .cer or .der file")
                     failed = true
                     continue
                 }
                 for name in certificateNames {
-                    guard let parsed = certificateFile(resolved + "/" + name, shownAs: file + "/" + name, keyPath, element: file, what: what) else {
+                    guard let parsed = certificateFile(resolved + "/" + name, shownAs: file + "/" + name, keyPath(), element: file, what: what) else {
                         failed = true
                         continue
                     }
                     loaded += parsed
                 }
             } else {
-                guard let parsed = certificateFile(resolved, shownAs: file, keyPath, element: file, what: what) else {
+                guard let parsed = certificateFile(resolved, shownAs: file, keyPath(), element: file, what: what) else {
                     failed = true
                     continue
                 }
@@ -252,34 +281,34 @@ private struct Loader {
         return failed ? nil : result
     }
 
-    mutating func certificateFile(_ resolved: String, shownAs file: String, _ keyPath: [String], element: String, what: String) -> [Certificate]? {
+    mutating func certificateFile(_ resolved: String, shownAs file: String, _ keyPath: @autoclosure () -> [String], element: String, what: String) -> [Certificate]? {
         guard let data = FileManager.default.contents(atPath: resolved) else {
-            error(keyPath, element: element, "\(what) \"\(file)\" cannot be read")
+            error(keyPath(), element: element, "\(what) \"\(file)\" cannot be read")
             return nil
         }
         do {
             return try Certificate.parseAll(Array(data))
         } catch {
-            self.error(keyPath, element: element, "\(what) \"\(file)\" holds no PEM or DER certificate")
+            self.error(keyPath(), element: element, "\(what) \"\(file)\" holds no PEM or DER certificate")
             return nil
         }
     }
 
-    mutating func revocationLists(_ files: [String], _ keyPath: [String]) -> [RevocationList]? {
+    mutating func revocationLists(_ files: [String], _ keyPath: @autoclosure () -> [String]) -> [RevocationList]? {
         var result: [RevocationList] = []
         var failed = false
         for file in files {
             let resolved = resolve(file)
             guard let data = FileManager.default.contents(atPath: resolved) else {
                 let why = FileManager.default.fileExists(atPath: resolved) ? "cannot be read" : "does not exist (\(resolved))"
-                error(keyPath, element: file, "CRL file \"\(file)\" \(why)")
+                error(keyPath(), element: file, "CRL file \"\(file)\" \(why)")
                 failed = true
                 continue
             }
             do {
                 result += try RevocationList.parseAll(Array(data))
             } catch {
-                self.error(keyPath, element: file, "CRL file \"\(file)\" holds no PEM or DER CRL")
+                self.error(keyPath(), element: file, "CRL file \"\(file)\" holds no PEM or DER CRL")
                 failed = true
             }
         }
@@ -287,13 +316,13 @@ private struct Loader {
     }
 
     mutating func system(_ keyPath: [String]) -> TrustStore? {
-        if let systemStore { return systemStore }
-        do {
-            systemStore = try TrustStore.system()
-        } catch {
+        switch systemStore.result() {
+        case .success(let store):
+            return store
+        case .failure(let error):
             self.error(keyPath, "cannot load the system trust store: \(error)")
+            return nil
         }
-        return systemStore
     }
 
     // MARK: The document
@@ -314,8 +343,8 @@ private struct Loader {
         var defaultEntry: PolicyEntry?
         if let value = document["default"] {
             if let table = value.table {
-                if let policy = parsePolicy(table, ["default"], pattern: nil, proxy: proxy) {
-                    defaultEntry = PolicyEntry(pattern: nil, name: "default", line: index.line(of: ["default"]), policy: policy)
+                if let policy = parsePolicy(table, ["default"], name: "default", pattern: nil, proxy: proxy) {
+                    defaultEntry = PolicyEntry(pattern: nil, name: "default", line: index.line(ofTable: "default"), policy: policy)
                 }
             } else {
                 typeError(["default"], value, expected: "a table")
@@ -325,14 +354,15 @@ private struct Loader {
                                        policy: HostPolicy(trust: .system(store), ports: proxy.allowPorts))
         }
 
-        var entries: [PolicyEntry] = []
+        var hosts: (entries: [PolicyEntry], positions: PolicyTable.Positions?) = ([], nil)
         if let value = document["hosts"] {
-            if let table = value.table { entries = parseHosts(table, proxy: proxy) } else { typeError(["hosts"], value, expected: "a table") }
+            if let table = value.table { hosts = parseHosts(table, proxy: proxy) } else { typeError(["hosts"], value, expected: "a table") }
         }
 
         guard errors.isEmpty, let defaultEntry else { return nil }
+        let positions = hosts.positions ?? PolicyTable.Positions(hosts.entries.compactMap(\.pattern))
         return Config(path: path, proxy: proxy, resolve: resolve,
-                      policies: PolicyTable(defaultEntry: defaultEntry, entries: entries),
+                      policies: PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions),
                       warnings: warnings.sorted { $0.line < $1.line })
     }
 
@@ -418,48 +448,50 @@ private struct Loader {
         return result
     }
 
-    /// Host entries, in file order. Each entry is parsed on its own (on every core, in
-    /// file-ordered chunks, merged back in order with its diagnostics); then duplicates are
-    /// settled in file order, reported where the pattern is written the second time.
-    mutating func parseHosts(_ table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry] {
-        let keys = table.keys.map { ($0, index.line(of: ["hosts", $0])) }.sorted { ($0.1, $0.0) < ($1.1, $1.0) }
-        let chunkCount = min(ProcessInfo.processInfo.activeProcessorCount, max(1, keys.count / Self.entriesPerChunk))
-        var parsed: [ParsedHost] = []
-        if chunkCount <= 1 {
-            parsed = parseHostEntries(keys[...], in: table, proxy: proxy)
-        } else {
-            // Each chunk gets its own loader: it shares the source index and starts with no diagnostics.
-            var template = self
-            template.errors = []
-            template.warnings = []
-            let shared = UncheckedSendable(value: (template: template, keys: keys, table: table))
-            let results = ChunkResults(count: chunkCount)
-            DispatchQueue.concurrentPerform(iterations: chunkCount) { chunk in
-                let all = shared.value.keys
-                var loader = shared.value.template
-                let hosts = loader.parseHostEntries(all[(all.count * chunk / chunkCount)..<(all.count * (chunk + 1) / chunkCount)],
-                                                    in: shared.value.table, proxy: proxy)
-                results.store(chunk, ChunkResults.Slot(hosts: hosts, errors: loader.errors, warnings: loader.warnings))
-            }
-            parsed.reserveCapacity(keys.count)
-            for slot in results.all {
-                parsed += slot.hosts
-                errors += slot.errors
-                warnings += slot.warnings
-            }
+    /// The host entries that parse without error, in file order, and their table positions.
+    /// Usually every entry has its own `[hosts."…"]` header and the keys come from the index,
+    /// worked out already; entries written otherwise (inline tables, dotted keys) send the
+    /// loader to TOMLKit's keys, sorted by line.
+    mutating func parseHosts(_ table: TOMLTable, proxy: ProxySettings) -> (entries: [PolicyEntry], positions: PolicyTable.Positions?) {
+        var hosts = writtenHosts
+        var entries: [PolicyEntry]?
+        // The same number of distinct keys, each found in the table: the same keys.
+        if hosts.distinct && hosts.keys.count == table.count { entries = parseHostEntries(hosts.keys, in: table, proxy: proxy) }
+        if entries == nil {
+            hosts = HostKeys(table.keys.map { (key: $0, line: index.line(of: ["hosts", $0])) }.sorted { ($0.line, $0.key) < ($1.line, $1.key) })
+            entries = parseHostEntries(hosts.keys, in: table, proxy: proxy)
         }
+        for (again, first) in hosts.duplicates {
+            let (key, earlier) = (hosts.keys[again].key, hosts.keys[first])
+            error(["hosts", key], "\(Self.display(["hosts", key])) is the same pattern as \(Self.display(["hosts", earlier.key])) (line \(earlier.line)) once normalised")
+        }
+        return (entries ?? [], hosts.positions)
+    }
 
+    /// Parses the entries named by `keys` on every core, in file-ordered chunks with a loader
+    /// each, and merges them back in order with their diagnostics; nil (and nothing reported)
+    /// when a key is not in `table`.
+    mutating func parseHostEntries(_ keys: [HostKeys.Key], in table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry]? {
+        let chunkCount = min(ProcessInfo.processInfo.activeProcessorCount, max(1, keys.count / Self.entriesPerChunk))
+        var template = self
+        template.errors = []
+        template.warnings = []
+        let shared = UncheckedSendable(value: (template: template, keys: keys, table: table))
+        let results = ChunkResults(count: chunkCount)
+        DispatchQueue.concurrentPerform(iterations: chunkCount) { chunk in
+            let all = shared.value.keys
+            var loader = shared.value.template
+            let entries = loader.parseHostChunk(all[(all.count * chunk / chunkCount)..<(all.count * (chunk + 1) / chunkCount)],
+                                                in: shared.value.table, proxy: proxy)
+            results.store(chunk, entries.map { ChunkResults.Slot(entries: $0, errors: loader.errors, warnings: loader.warnings) })
+        }
+        guard let slots = results.complete else { return nil }
         var entries: [PolicyEntry] = []
-        var seen: [HostPattern: String] = [:]  // pattern -> the key that first wrote it
-        entries.reserveCapacity(parsed.count)
-        seen.reserveCapacity(parsed.count)
-        for host in parsed {
-            if let first = seen[host.pattern] {
-                error(["hosts", host.key], "\(host.name) is the same pattern as \(Self.display(["hosts", first])) (line \(index.line(of: ["hosts", first]))) once normalised")
-                continue
-            }
-            seen[host.pattern] = host.key
-            if let entry = host.entry { entries.append(entry) }
+        entries.reserveCapacity(keys.count)
+        for slot in slots {
+            entries += slot.entries
+            errors += slot.errors
+            warnings += slot.warnings
         }
         return entries
     }
@@ -467,36 +499,35 @@ private struct Loader {
     /// Below this many entries a second core is not worth starting.
     static let entriesPerChunk = 2_000
 
-    /// Parses the `[hosts."…"]` tables named by `keys`, in order; a table whose pattern is
-    /// invalid is reported and left out.
-    mutating func parseHostEntries(_ keys: ArraySlice<(String, Int)>, in table: TOMLTable, proxy: ProxySettings) -> [ParsedHost] {
-        var hosts: [ParsedHost] = []
-        hosts.reserveCapacity(keys.count)
-        for (key, line) in keys {
-            guard let value = table[key] else { continue }
-            let keyPath = ["hosts", key]
+    /// Parses the `[hosts."…"]` tables named by `keys`, in order, and returns those without
+    /// errors; nil when a key is not in `table`.
+    mutating func parseHostChunk(_ keys: ArraySlice<HostKeys.Key>, in table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry]? {
+        var entries: [PolicyEntry] = []
+        entries.reserveCapacity(keys.count)
+        for host in keys {
+            guard let value = table[host.key] else { return nil }
+            let keyPath = ["hosts", host.key]
             let name = Self.display(keyPath)
             guard let entryTable = value.table else {
-                typeError(keyPath, value, expected: "a table such as [hosts.\"\(key)\"]")
+                typeError(keyPath, value, expected: "a table such as [hosts.\"\(host.key)\"]")
                 continue
             }
-            guard let pattern = HostPattern(key) else {
+            guard let pattern = host.pattern else {
                 error(keyPath, "\(name): invalid host pattern: use a DNS name in LDH ASCII (xn-- form for internationalised names), \"*.\" followed by a name, or an IP literal")
                 continue
             }
-            let entry = parsePolicy(entryTable, keyPath, pattern: pattern, proxy: proxy).map {
-                PolicyEntry(pattern: pattern, name: name, line: line, policy: $0)
+            if let policy = parsePolicy(entryTable, keyPath, name: name, pattern: pattern, proxy: proxy) {
+                entries.append(PolicyEntry(pattern: pattern, name: name, line: host.line, policy: policy))
             }
-            hosts.append(ParsedHost(key: key, pattern: pattern, name: name, entry: entry))
         }
-        return hosts
+        return entries
     }
 
     // MARK: A policy entry
 
-    mutating func parsePolicy(_ table: TOMLTable, _ entryPath: [String], pattern: HostPattern?, proxy: ProxySettings) -> HostPolicy? {
+    /// Parses the policy of the table at `entryPath`, shown as `name` in diagnostics.
+    mutating func parsePolicy(_ table: TOMLTable, _ entryPath: [String], name: String, pattern: HostPattern?, proxy: ProxySettings) -> HostPolicy? {
         let errorsBefore = errors.count
-        let name = Self.display(entryPath)
         var policy = HostPolicy(trust: .none, ports: proxy.allowPorts)
         var trustWord = "system"
         var trustFiles: [String]?
@@ -505,8 +536,15 @@ private struct Loader {
         var certificateFiles: [String] = []
         var crlFiles: [String]?
 
-        for (key, value) in table {
-            let keyPath = entryPath + [key]
+        // Keys are looked up by name until every key of the table is found: TOMLKit copies
+        // the keys of a table it iterates into memory it never frees, and a daemon reloads.
+        // Only a table with an unknown key is iterated, to name it.
+        let keyCount = table.count
+        var found = 0
+        for key in Self.policyKeys where found < keyCount {
+            guard let value = table[key] else { continue }
+            found += 1
+            var keyPath: [String] { entryPath + [key] }
             switch key {
             case "action":
                 if let action = choice(value, keyPath, HostPolicy.Action.self) { policy.action = action }
@@ -574,7 +612,12 @@ private struct Loader {
             case "crls":
                 if let files = strings(value, keyPath) { crlFiles = files }
             default:
-                unknownKey(keyPath, known: Self.policyKeys)
+                preconditionFailure("policy key \(key) has no reader")
+            }
+        }
+        if found < keyCount {
+            for key in table.keys where !Self.policyKeys.contains(key) {
+                unknownKey(entryPath + [key], known: Self.policyKeys)
             }
         }
         guard errors.count == errorsBefore else { return nil }
@@ -689,36 +732,27 @@ private struct Loader {
     }
 }
 
-/// Builds a `SourceIndex` on a background thread.
-private final class IndexInBackground: @unchecked Sendable {
-    private var index: SourceIndex?
+/// A value computed on another thread while the caller goes on.
+private final class InBackground<Value>: @unchecked Sendable {
+    private var value: Value?
     private let done = DispatchGroup()
 
-    init(_ text: String) {
+    init(_ work: @escaping @Sendable () -> Value) {
         done.enter()
         DispatchQueue.global().async { [self] in
-            index = SourceIndex(text)
+            value = work()
             done.leave()
         }
     }
 
-    /// Waits for the index.
-    func result() -> SourceIndex {
+    /// Waits for the value.
+    func result() -> Value {
         done.wait()
-        return index!
+        return value!
     }
 }
 
-/// One `[hosts."PATTERN"]` entry as parsed, before duplicates are settled.
-private struct ParsedHost {
-    let key: String
-    let pattern: HostPattern
-    let name: String
-    /// nil when the entry has errors (reported already).
-    let entry: PolicyEntry?
-}
-
-/// Hands values that are only read (or owned by one task) across `concurrentPerform`.
+/// Hands values that are only read, or owned by one task at a time, to other threads.
 private struct UncheckedSendable<Value>: @unchecked Sendable {
     let value: Value
 }
@@ -726,29 +760,35 @@ private struct UncheckedSendable<Value>: @unchecked Sendable {
 /// One slot per chunk, each written by its own task.
 private final class ChunkResults: @unchecked Sendable {
     struct Slot {
-        let hosts: [ParsedHost]
+        let entries: [PolicyEntry]
         let errors: [Diagnostic]
         let warnings: [Diagnostic]
     }
 
     private let lock = NSLock()
-    private var slots: [Slot?]
+    /// nil inside: the chunk found a key missing from the table.
+    private var slots: [Slot??]
 
     init(count: Int) {
         slots = Array(repeating: nil, count: count)
     }
 
-    func store(_ chunk: Int, _ slot: Slot) {
+    func store(_ chunk: Int, _ slot: Slot?) {
         lock.lock()
-        slots[chunk] = slot
+        slots[chunk] = .some(slot)
         lock.unlock()
     }
 
-    /// The slots in chunk order.
-    var all: [Slot] {
+    /// The slots in chunk order; nil when a chunk found a key missing.
+    var complete: [Slot]? {
         lock.lock()
         defer { lock.unlock() }
-        return slots.compactMap { $0 }
+        var result: [Slot] = []
+        for slot in slots {
+            guard case .some(.some(let filled)) = slot else { return nil }
+            result.append(filled)
+        }
+        return result
     }
 }
 

@@ -15,13 +15,13 @@ public struct Pin: Hashable, Sendable, CustomStringConvertible {
     /// base64, a digest that is not 32 bytes, non-canonical encodings).
     public init?(_ text: String) {
         guard text.hasPrefix("sha256/") else { return nil }
-        let encoded = String(text.dropFirst("sha256/".count))
+        let encoded = String(decoding: text.utf8.dropFirst("sha256/".utf8.count), as: UTF8.self)
         guard encoded.utf8.count == 44,
               let data = Data(base64Encoded: encoded),
               data.count == 32,
               data.base64EncodedString() == encoded
         else { return nil }
-        self.digest = Array(data)
+        self.digest = data.withUnsafeBytes { Array($0) }
     }
 
     public var description: String {

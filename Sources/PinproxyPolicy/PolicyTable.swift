@@ -6,45 +6,70 @@ public struct PolicyTable: Sendable {
     public let defaultEntry: PolicyEntry
     /// Every host entry in config order.
     public let entries: [PolicyEntry]
-    private var exact: [String: PolicyEntry] = [:]
-    private var wildcard: [String: PolicyEntry] = [:]
-    private var subdomains: [String: PolicyEntry] = [:]
-    private var addresses: [IPAddress: PolicyEntry] = [:]
+    private let positions: Positions
 
-    /// Builds the table; patterns must already be unique.
-    public init(defaultEntry: PolicyEntry, entries: [PolicyEntry]) {
-        self.defaultEntry = defaultEntry
-        self.entries = entries
-        exact.reserveCapacity(entries.count)
-        for entry in entries {
-            switch entry.pattern {
-            case .exact(let name):
-                exact[name] = entry
-                if entry.policy.includeSubdomains { subdomains[name] = entry }
-            case .wildcard(let parent):
-                wildcard[parent] = entry
-            case .ip(let address):
-                addresses[address] = entry
-            case nil:
-                continue
+    /// Where each pattern's entry sits in `entries`. It is made from the patterns alone, so the
+    /// loader builds it while the policies are still being parsed.
+    public struct Positions: Sendable {
+        /// The patterns in entry order.
+        let patterns: [HostPattern]
+        private(set) var exact: [String: Int] = [:]
+        private(set) var wildcard: [String: Int] = [:]
+        private(set) var addresses: [IPAddress: Int] = [:]
+
+        /// Indexes `patterns`, which must be unique.
+        public init(_ patterns: [HostPattern]) {
+            self.patterns = patterns
+            var counts = (exact: 0, wildcard: 0)
+            for pattern in patterns {
+                switch pattern {
+                case .exact: counts.exact += 1
+                case .wildcard: counts.wildcard += 1
+                case .ip: continue
+                }
+            }
+            exact.reserveCapacity(counts.exact)
+            wildcard.reserveCapacity(counts.wildcard)
+            for (position, pattern) in patterns.enumerated() {
+                switch pattern {
+                case .exact(let name): exact[name] = position
+                case .wildcard(let parent): wildcard[parent] = position
+                case .ip(let address): addresses[address] = position
+                }
             }
         }
+    }
+
+    /// Builds the table; host entries must have unique patterns.
+    public init(defaultEntry: PolicyEntry, entries: [PolicyEntry]) {
+        self.init(defaultEntry: defaultEntry, entries: entries, positions: Positions(entries.compactMap(\.pattern)))
+    }
+
+    /// Builds the table with `positions` made from exactly these entries' patterns, in order.
+    public init(defaultEntry: PolicyEntry, entries: [PolicyEntry], positions: Positions) {
+        precondition(entries.count == positions.patterns.count && zip(entries, positions.patterns).allSatisfy { $0.pattern == $1 },
+                     "the positions were not made from these entries")
+        self.defaultEntry = defaultEntry
+        self.entries = entries
+        self.positions = positions
     }
 
     /// The entry that applies to `host`.
     public func lookup(_ host: TargetHost) -> PolicyEntry {
         switch host {
         case .ip(let address):
-            return addresses[address] ?? defaultEntry
+            return positions.addresses[address].map { entries[$0] } ?? defaultEntry
         case .name(let name):
-            if let entry = exact[name] { return entry }
+            if let position = positions.exact[name] { return entries[position] }
             var suffix = Substring(name)
-            if let dot = suffix.firstIndex(of: "."), let entry = wildcard[String(suffix[suffix.index(after: dot)...])] {
-                return entry
+            if let dot = suffix.firstIndex(of: "."), let position = positions.wildcard[String(suffix[suffix.index(after: dot)...])] {
+                return entries[position]
             }
             while let dot = suffix.firstIndex(of: ".") {
                 suffix = suffix[suffix.index(after: dot)...]
-                if let entry = subdomains[String(suffix)] { return entry }
+                if let position = positions.exact[String(suffix)], entries[position].policy.includeSubdomains {
+                    return entries[position]
+                }
             }
             return defaultEntry
         }

@@ -2,23 +2,22 @@ import Foundation
 
 /// Where each table header and key sits in a TOML text, so that semantic errors found after
 /// TOMLKit has parsed the document can name a line. It reads only headers and key names,
-/// never values, and scans bytes. Table headers are indexed at once (every entry needs its
-/// line); keys only when a diagnostic first asks for one.
+/// never values, and scans bytes. The headers of top-level tables and of the tables one level
+/// below them are listed at once (every host entry needs its line); the line of every header
+/// and key is indexed only when a diagnostic first asks for one.
 final class SourceIndex: @unchecked Sendable {
     private let text: [UInt8]
-    /// Offsets where each line starts.
-    private let lineStarts: [Int]
-    /// Header lines.
-    private let headers: Lines
-    /// Header and key lines, built on first use (by whichever thread asks first).
-    private var builtKeys: Lines?
-    private let keysLock = NSLock()
-    private var keys: Lines {
-        keysLock.lock()
-        defer { keysLock.unlock() }
-        if let builtKeys { return builtKeys }
-        let built = Lines(text, withKeys: true)
-        builtKeys = built
+    /// `[PARENT.KEY]` headers by PARENT ("" for top-level `[KEY]` headers), in file order.
+    private let written: [String: [(key: String, line: Int)]]
+    /// Every header and key line, built on first use (by whichever thread asks first).
+    private var builtLines: Lines?
+    private let linesLock = NSLock()
+    private var lines: Lines {
+        linesLock.lock()
+        defer { linesLock.unlock() }
+        if let builtLines { return builtLines }
+        let built = Lines(text)
+        builtLines = built
         return built
     }
 
@@ -26,19 +25,35 @@ final class SourceIndex: @unchecked Sendable {
 
     init(_ source: String) {
         text = Array(source.utf8)
-        var starts = [0]
-        for (offset, byte) in text.enumerated() where byte == 0x0A { starts.append(offset + 1) }
-        lineStarts = starts
-        headers = Lines(text, withKeys: false)
+        var written: [String: [(key: String, line: Int)]] = [:]
+        Self.scan(text, keys: false) { path, number in
+            switch path.count {
+            case 1: written["", default: []].append((path[0], number))
+            case 2: written[path[0], default: []].append((path[1], number))
+            default: break
+            }
+        }
+        self.written = written
+    }
+
+    /// The tables written with their own `[PARENT.KEY]` header, in file order, each with the
+    /// line of its header.
+    func tables(under parent: String) -> [(key: String, line: Int)] {
+        written[parent] ?? []
+    }
+
+    /// The line of the top-level table `name`: its `[name]` header when it has one, else as
+    /// `line(of:)` finds it.
+    func line(ofTable name: String) -> Int {
+        written[""]?.first { $0.key == name }?.line ?? line(of: [name])
     }
 
     /// The line of a header or key; for a path never written itself (an implicit table), the
     /// first line written below it; else its parent's line; else 1.
     func line(of path: [String]) -> Int {
+        let lines = self.lines
         let key = path.joined(separator: Self.separator)
-        if let line = headers.lines[key] ?? keys.lines[key] { return line }
-        let prefix = key + Self.separator
-        if let first = keys.lines.filter({ $0.key.hasPrefix(prefix) }).map(\.value).min() { return first }
+        if let line = lines.lines[key] ?? lines.firstBelow[key] { return line }
         return path.isEmpty ? 1 : line(of: Array(path.dropLast()))
     }
 
@@ -46,11 +61,12 @@ final class SourceIndex: @unchecked Sendable {
     /// appears (an array element written on its own line); the line of `path` when not found.
     func line(of path: [String], containing literal: String) -> Int {
         let start = line(of: path)
+        let lines = self.lines
         let needle = Array(literal.utf8)
         var number = start
-        while number <= lineStarts.count {
-            if number > start && keys.numbers.contains(number) { break }
-            let from = lineStarts[number - 1]
+        while number <= lines.starts.count {
+            if number > start && lines.numbers.contains(number) { break }
+            let from = lines.starts[number - 1]
             var end = from
             while end < text.count && text[end] != 0x0A { end += 1 }
             if Self.contains(text, from, end, needle) { return number }
@@ -59,56 +75,72 @@ final class SourceIndex: @unchecked Sendable {
         return start
     }
 
-    /// One scan of the text: the line of every table header, and of every key if asked.
+    /// The line of every table header and key.
     private struct Lines {
         /// Line numbers by path, the path's components joined with U+001F.
         var lines: [String: Int] = [:]
+        /// For every path with something written below it, the first line written below.
+        var firstBelow: [String: Int] = [:]
         /// Every recorded line, for bounding element searches.
         var numbers: Set<Int> = []
+        /// Offsets where each line starts.
+        var starts: [Int] = [0]
 
-        init(_ text: [UInt8], withKeys: Bool) {
-            var table: [String] = []
-            var openDelimiter: UInt8? = nil  // inside a multi-line string opened by """ or '''
-            var start = 0
-            var number = 0
-            while start <= text.count {
-                number += 1
-                var end = start
-                while end < text.count && text[end] != 0x0A { end += 1 }
-                defer { start = end + 1 }
-                var cursor = start
-                while cursor < end && (text[cursor] == 0x20 || text[cursor] == 0x09) { cursor += 1 }
-                if let delimiter = openDelimiter {
-                    if SourceIndex.countTriples(text, cursor, end, delimiter) % 2 == 1 { openDelimiter = nil }
-                    continue
-                }
-                guard cursor < end else { continue }
-                if text[cursor] == UInt8(ascii: "[") {
-                    guard cursor + 1 < end, text[cursor + 1] != UInt8(ascii: "[") else { continue }
-                    var position = cursor + 1
-                    if let path = SourceIndex.parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "]") {
-                        table = path
-                        record(path, number)
+        init(_ text: [UInt8]) {
+            for (offset, byte) in text.enumerated() where byte == 0x0A { starts.append(offset + 1) }
+            SourceIndex.scan(text, keys: true) { path, number in
+                var key = ""
+                for (depth, component) in path.enumerated() {
+                    if depth > 0 {
+                        if firstBelow[key] == nil { firstBelow[key] = number }
+                        key += SourceIndex.separator
                     }
-                    continue
+                    key += component
                 }
-                if withKeys {
-                    var position = cursor
-                    if let key = SourceIndex.parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "=") {
-                        record(table + key, number)
-                    }
-                }
-                // A value that opens a multi-line string: the lines up to its end are not keys.
-                for delimiter in [UInt8(ascii: "\""), UInt8(ascii: "'")] where SourceIndex.countTriples(text, cursor, end, delimiter) % 2 == 1 {
-                    openDelimiter = delimiter
-                }
+                if lines[key] == nil { lines[key] = number }
+                numbers.insert(number)
             }
         }
+    }
 
-        private mutating func record(_ path: [String], _ number: Int) {
-            let key = path.joined(separator: SourceIndex.separator)
-            if lines[key] == nil { lines[key] = number }
-            numbers.insert(number)
+    /// Calls `visit` with the path and line of every table header and, if asked, of every key
+    /// (its full path, below the table it is written in), in file order.
+    private static func scan(_ text: [UInt8], keys: Bool, _ visit: (_ path: [String], _ line: Int) -> Void) {
+        var table: [String] = []
+        var openDelimiter: UInt8? = nil  // inside a multi-line string opened by """ or '''
+        var start = 0
+        var number = 0
+        while start <= text.count {
+            number += 1
+            var end = start
+            while end < text.count && text[end] != 0x0A { end += 1 }
+            defer { start = end + 1 }
+            var cursor = start
+            while cursor < end && (text[cursor] == 0x20 || text[cursor] == 0x09) { cursor += 1 }
+            if let delimiter = openDelimiter {
+                if countTriples(text, cursor, end, delimiter) % 2 == 1 { openDelimiter = nil }
+                continue
+            }
+            guard cursor < end else { continue }
+            if text[cursor] == UInt8(ascii: "[") {
+                guard cursor + 1 < end, text[cursor + 1] != UInt8(ascii: "[") else { continue }
+                var position = cursor + 1
+                if let path = parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "]") {
+                    table = path
+                    visit(path, number)
+                }
+                continue
+            }
+            if keys {
+                var position = cursor
+                if let key = parseKeyPath(text, &position, end), position < end, text[position] == UInt8(ascii: "=") {
+                    visit(table + key, number)
+                }
+            }
+            // A value that opens a multi-line string: the lines up to its end are not keys.
+            for delimiter in [UInt8(ascii: "\""), UInt8(ascii: "'")] where countTriples(text, cursor, end, delimiter) % 2 == 1 {
+                openDelimiter = delimiter
+            }
         }
     }
 
@@ -124,13 +156,9 @@ final class SourceIndex: @unchecked Sendable {
                 position += 1
                 var key: [UInt8] = []
                 while position < end && text[position] != first {
-                    if first == UInt8(ascii: "\"") && text[position] == UInt8(ascii: "\\") && position + 1 < end {
-                        position += 1
-                        switch text[position] {
-                        case UInt8(ascii: "n"): key.append(0x0A)
-                        case UInt8(ascii: "t"): key.append(0x09)
-                        default: key.append(text[position])
-                        }
+                    if first == UInt8(ascii: "\"") && text[position] == UInt8(ascii: "\\") {
+                        guard let scalar = unescape(text, &position, end) else { return nil }
+                        key += Array(String(Character(scalar)).utf8)
                     } else {
                         key.append(text[position])
                     }
@@ -149,6 +177,33 @@ final class SourceIndex: @unchecked Sendable {
             guard position < end, text[position] == UInt8(ascii: ".") else { return path }
             position += 1
         }
+    }
+
+    /// The character an escape in a basic string stands for (`\n`, `\u00E9`, ...), leaving
+    /// `position` on the escape's last byte; nil when it is not a TOML escape.
+    static func unescape(_ text: [UInt8], _ position: inout Int, _ end: Int) -> Unicode.Scalar? {
+        position += 1
+        guard position < end else { return nil }
+        let digits: Int
+        switch text[position] {
+        case UInt8(ascii: "b"): return "\u{08}"
+        case UInt8(ascii: "t"): return "\t"
+        case UInt8(ascii: "n"): return "\n"
+        case UInt8(ascii: "f"): return "\u{0C}"
+        case UInt8(ascii: "r"): return "\r"
+        case UInt8(ascii: "e"): return "\u{1B}"
+        case UInt8(ascii: "\""): return "\""
+        case UInt8(ascii: "\\"): return "\\"
+        case UInt8(ascii: "x"): digits = 2
+        case UInt8(ascii: "u"): digits = 4
+        case UInt8(ascii: "U"): digits = 8
+        default: return nil
+        }
+        guard position + digits < end,
+              let value = UInt32(String(decoding: text[(position + 1)...(position + digits)], as: UTF8.self), radix: 16)
+        else { return nil }
+        position += digits
+        return Unicode.Scalar(value)
     }
 
     /// A-Z a-z 0-9 _ -: the bytes of a bare TOML key.

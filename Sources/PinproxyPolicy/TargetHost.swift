@@ -34,35 +34,47 @@ public enum TargetHost: Hashable, Sendable, CustomStringConvertible {
 
     /// Lower-cases and validates a DNS name: labels of 1–63 letters, digits and inner hyphens,
     /// at most 253 characters, not all-numeric in its last label (that would be a bad IP).
-    static func normaliseName(_ text: String) -> String? {
+    static func normaliseName<Text: StringProtocol>(_ text: Text) -> String? {
+        // Most names are already lower-case without a trailing dot: checked without a copy.
+        if !text.hasSuffix("."), !text.utf8.contains(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) {
+            return isLDHName(text.utf8) ? String(text) : nil
+        }
         var bytes = Array(text.utf8)
         if bytes.last == UInt8(ascii: ".") { bytes.removeLast() }
-        guard !bytes.isEmpty, bytes.count <= 253 else { return nil }
-        var labelStart = 0
+        for index in bytes.indices where (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(bytes[index]) { bytes[index] += 0x20 }
+        return isLDHName(bytes) ? String(decoding: bytes, as: UTF8.self) : nil
+    }
+
+    /// Labels of 1–63 lower-case letters, digits and inner hyphens, at most 253 bytes, the last
+    /// label not all digits.
+    private static func isLDHName<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+        guard !bytes.isEmpty, bytes.count <= 253 else { return false }
+        var labelLength = 0
         var labelAllDigits = true
-        for index in 0...bytes.count {
-            if index == bytes.count || bytes[index] == UInt8(ascii: ".") {
-                let length = index - labelStart
-                guard (1...63).contains(length), bytes[labelStart] != UInt8(ascii: "-"),
-                      bytes[index - 1] != UInt8(ascii: "-") else { return nil }
-                if index == bytes.count && labelAllDigits { return nil }
-                labelStart = index + 1
+        var previous: UInt8 = 0
+        for byte in bytes {
+            if byte == UInt8(ascii: ".") {
+                guard labelLength > 0, previous != UInt8(ascii: "-") else { return false }
+                labelLength = 0
                 labelAllDigits = true
-                continue
+            } else {
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"):
+                    labelAllDigits = false
+                case UInt8(ascii: "-"):
+                    guard labelLength > 0 else { return false }
+                    labelAllDigits = false
+                case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                    break
+                default:
+                    return false
+                }
+                labelLength += 1
+                guard labelLength <= 63 else { return false }
             }
-            switch bytes[index] {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"):
-                bytes[index] += 0x20
-                labelAllDigits = false
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"):
-                labelAllDigits = false
-            case UInt8(ascii: "0")...UInt8(ascii: "9"):
-                break
-            default:
-                return nil
-            }
+            previous = byte
         }
-        return String(decoding: bytes, as: UTF8.self)
+        return labelLength > 0 && previous != UInt8(ascii: "-") && !labelAllDigits
     }
 }
 
@@ -76,7 +88,7 @@ public enum HostPattern: Hashable, Sendable, CustomStringConvertible {
     /// Parses and normalises a pattern like a host name; nil when it is not valid.
     public init?(_ text: String) {
         if text.hasPrefix("*.") {
-            guard let parent = TargetHost.normaliseName(String(text.dropFirst(2))) else { return nil }
+            guard let parent = TargetHost.normaliseName(text.dropFirst(2)) else { return nil }
             self = .wildcard(parent: parent)
             return
         }

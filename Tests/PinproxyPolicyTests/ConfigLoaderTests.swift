@@ -574,6 +574,118 @@ final class ConfigLoaderTests: XCTestCase {
                   (9, #"hosts."b.test" has validate_host = false without pins: it would accept a certificate for any name; add pin and pins (or certificates)"#)])
     }
 
+    // MARK: How host entries are written
+
+    /// Entries with their own header, in an inline table and as dotted keys all load, in file
+    /// order, each with its line (the loader leaves the index's header list for TOMLKit's keys).
+    func testHostEntriesWrittenEveryWay() throws {
+        let config = try pki.loadConfig("""
+            [hosts."a.test"]
+            action = "deny"
+
+            [hosts]
+            "b.test" = { action = "deny", include_subdomains = true }
+            "c.test".action = "deny"
+            """)
+        let entries = config.policies.entries
+        XCTAssertEqual(entries.map(\.name), [#"hosts."a.test""#, #"hosts."b.test""#, #"hosts."c.test""#])
+        XCTAssertEqual(entries.map(\.line), [1, 5, 6])
+        XCTAssertEqual(config.policies.lookup(TargetHost("x.b.test")!).name, #"hosts."b.test""#)
+        XCTAssertEqual(config.policies.lookup(TargetHost("c.test")!).policy.action, .deny)
+        assertErrors("""
+            [hosts."a.test"]
+            action = "deny"
+            [hosts]
+            "A.test" = { action = "deny" }
+            """, [(4, #"hosts."A.test" is the same pattern as hosts."a.test" (line 1) once normalised"#)])
+        // An entry written as dotted keys has no header: its first key stands for it.
+        assertErrors("""
+            [hosts]
+            "a.test".action = "deny"
+
+            "b.test".trust = ["root-a.pem"]
+            "b.test".pin = "public-key"
+            """, [(4, #"hosts."b.test" has pin = "public-key" but no pins and no certificates"#)])
+    }
+
+    /// A line that looks like a host header but sits inside a string neither hides an entry
+    /// nor makes one up, even when it names another entry.
+    func testHeaderLikeLinesInsideStrings() throws {
+        // The comment's triple quote looks, to a line scanner, like the start of a multi-line
+        // string, and the real multi-line string below like its end.
+        for fake in ["x.test", "fake.test"] {
+            let config = try pki.loadConfig(#"""
+                [hosts."x.test"]
+                action = "deny"
+                # a note: """
+                [hosts."y.test"]
+                action = "deny"
+                [proxy]
+                ca_dir = """
+                [hosts."\#(fake)"]
+                """
+                """#)
+            XCTAssertEqual(config.policies.entries.map(\.name), [#"hosts."x.test""#, #"hosts."y.test""#], fake)
+            XCTAssertEqual(config.policies.lookup(TargetHost("y.test")!).name, #"hosts."y.test""#, fake)
+            XCTAssertEqual(config.policies.lookup(TargetHost("fake.test")!).name, "default", fake)
+        }
+    }
+
+    /// Escapes in a quoted key are read as TOML reads them, so diagnostics find its line.
+    func testEscapedKeysAreIndexed() {
+        assertErrors("""
+            [default]
+            trust = ["root-a.pem"]
+
+            [hosts."\\u0061pi.test"]
+            min_tls = "1.1"
+            """, [(5, #"hosts."api.test".min_tls = "1.1" is not one of "1.2", "1.3""#)])
+    }
+
+    /// Enough entries to be parsed on several cores: they come back in file order, with every
+    /// error and warning at its line, and duplicates found across the whole file.
+    func testLargeConfigIsParsedInFileOrder() throws {
+        let count = 5_000
+        func entry(_ i: Int) -> String {
+            switch i % 3 {
+            case 0: return "[hosts.\"h\(i).test\"]\ntrust = [\"root-a.pem\"]\npin = \"public-key\"\n\(Self.twoPins)\n"
+            case 1: return "[hosts.\"*.h\(i).test\"]\nports = [443, 8443]\n"
+            default: return "[hosts.\"h\(i).test\"]\ninclude_subdomains = true\naction = \"deny\"\n"
+            }
+        }
+        let entries = (0..<count).map(entry)
+        /// The line each entry's header is on.
+        func headerLines(_ entries: [String]) -> [Int] {
+            entries.reduce(into: [1]) { $0.append($0.last! + $1.split(separator: "\n").count) }.dropLast()
+        }
+        let lines = headerLines(entries)
+        let config = try pki.loadConfig(entries.joined())
+        XCTAssertEqual(config.policies.entries.count, count)
+        XCTAssertEqual(config.policies.entries.map(\.line), lines)
+        XCTAssertEqual(config.policies.entries.last?.name, #"hosts."*.h4999.test""#)
+        XCTAssertEqual(config.policies.lookup(TargetHost("a.h4997.test")!).name, #"hosts."h4997.test""#)
+        XCTAssertEqual(config.policies.lookup(TargetHost("a.h4996.test")!).name, #"hosts."*.h4996.test""#)
+        XCTAssertEqual(config.policies.lookup(TargetHost("h4998.test")!).policy.pins.count, 2)
+
+        // Errors near both ends, a warning in the middle, and a pattern written again at the end.
+        var broken = entries
+        broken[2] = "[hosts.\"h2.test\"]\naction = \"block\"\ninclude_subdomains = true\n"
+        broken[2_500] = "[hosts.\"bad_name\"]\naction = \"deny\"\n"
+        broken[4_998] = "[hosts.\"H0.TEST.\"]\naction = \"deny\"\ninclude_subdomains = 1\n"
+        let errors = pki.configErrors(broken.joined())
+        let brokenLines = headerLines(broken)
+        XCTAssertEqual(errors.map(\.line), [brokenLines[2] + 1, brokenLines[2_500], brokenLines[4_998], brokenLines[4_998] + 2])
+        XCTAssertEqual(errors.map(\.message), [
+            #"hosts."h2.test".action = "block" is not one of "verify", "deny", "allow-insecure""#,
+            "hosts.bad_name" + Self.patternHelp,
+            #"hosts."H0.TEST." is the same pattern as hosts."h0.test" (line 1) once normalised"#,
+            #"hosts."H0.TEST.".include_subdomains must be true or false, not an integer"#,
+        ])
+        var warned = entries
+        warned[3_000] = "[hosts.\"h3000.test\"]\ntrust = [\"root-a.pem\"]\npin = \"public-key\"\npins = [\"{spki:api}\"]\n"
+        XCTAssertEqual(pki.configWarnings(warned.joined()).map(\.line), [lines[3_000]])
+    }
+
     // MARK: Warnings
 
     func testWarnings() {

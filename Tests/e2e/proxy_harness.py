@@ -150,6 +150,14 @@ def ipv6_loopback_available() -> bool:
         return False
 
 
+def rss_kib(pid: int) -> int:
+    """The resident memory of process PID, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

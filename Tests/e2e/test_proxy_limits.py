@@ -30,6 +30,7 @@ from proxy_harness import (
     origins,  # noqa: F401 (fixture)
     pinned_entry,
     poll,
+    rss_kib,
 )
 
 CHUNK = bytes(range(256)) * 4096  # 1 MiB, deterministic
@@ -63,13 +64,6 @@ class StreamingOrigin:
 
     def close(self) -> None:
         self.listener.close()
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy, pki):
