@@ -20,7 +20,8 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
             guard literal.contains(":") else { return nil }
         }
         // inet_pton reads IPv4 as digits and dots only, and IPv6 always has a colon: a host
-        // name (the common case) is turned away without a call.
+        // name (the common case) is turned away without a call. C would end the text at a NUL.
+        guard !literal.utf8.contains(0) else { return nil }
         if literal.utf8.contains(UInt8(ascii: ":")) {
             var v6 = in6_addr()
             guard inet_pton(AF_INET6, String(literal), &v6) == 1 else { return nil }

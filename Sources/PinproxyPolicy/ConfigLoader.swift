@@ -45,27 +45,40 @@ public enum ConfigLoader {
             _ = indexing.result()
             _ = systemStore.result()
         }
+        let parsing = Result { try TOMLTable(string: text) }
+        let (index, writtenHosts) = indexing.result()
+        // TOMLKit hands the text and every key to C, which ends a string at U+0000: whatever
+        // follows one would be cut off without a word.
+        if let line = index.nulLine {
+            if case .success(let document) = parsing { free(document) }
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error,
+                                                       message: "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it")])
+        }
         let document: TOMLTable
-        do {
-            document = try TOMLTable(string: text)
-        } catch let error as TOMLParseError {
+        switch parsing {
+        case .success(let parsed):
+            document = parsed
+        case .failure(let error as TOMLParseError):
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: max(1, error.source.begin.line), severity: .error,
                                                        message: "TOML syntax: \(error.description)")])
-        } catch {
+        case .failure(let error):
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: "TOML syntax: \(error)")])
         }
-        let (index, writtenHosts) = indexing.result()
         var loader = Loader(path: path, directory: directory, now: now, index: index, writtenHosts: writtenHosts, systemStore: systemStore)
         let config = loader.load(document)
-        // TOMLKit never frees a parsed document: its nodes are freed here, on another core,
-        // because freeing 100,000 entries takes as long as parsing them. Nothing keeps a
-        // TOMLKit value past this point.
-        let parsed = UncheckedSendable(value: document)
-        DispatchQueue.global(qos: .utility).async { parsed.value.clear() }
+        free(document)
         guard let config, loader.errors.isEmpty else {
             throw ConfigError(diagnostics: loader.errors.sorted { $0.line < $1.line })
         }
         return config
+    }
+
+    /// TOMLKit never frees a parsed document: its nodes are freed here, on another core,
+    /// because freeing 100,000 entries takes as long as parsing them. Nothing keeps a TOMLKit
+    /// value past a load.
+    private static func free(_ document: TOMLTable) {
+        let parsed = UncheckedSendable(value: document)
+        DispatchQueue.global(qos: .utility).async { parsed.value.clear() }
     }
 }
 
@@ -360,7 +373,7 @@ private struct Loader {
         }
 
         guard errors.isEmpty, let defaultEntry else { return nil }
-        let positions = hosts.positions ?? PolicyTable.Positions(hosts.entries.compactMap(\.pattern))
+        let positions = hosts.positions.flatMap { $0.fit(hosts.entries) ? $0 : nil } ?? PolicyTable.Positions(hosts.entries.map(\.pattern))
         return Config(path: path, proxy: proxy, resolve: resolve,
                       policies: PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions),
                       warnings: warnings.sorted { $0.line < $1.line })
@@ -460,6 +473,7 @@ private struct Loader {
         if entries == nil {
             hosts = HostKeys(table.keys.map { (key: $0, line: index.line(of: ["hosts", $0])) }.sorted { ($0.line, $0.key) < ($1.line, $1.key) })
             entries = parseHostEntries(hosts.keys, in: table, proxy: proxy)
+            if entries == nil { error(["hosts"], "hosts: TOMLKit lists a key it cannot look up") }
         }
         for (again, first) in hosts.duplicates {
             let (key, earlier) = (hosts.keys[again].key, hosts.keys[first])

@@ -11,21 +11,21 @@ public struct PolicyTable: Sendable {
     /// Where each pattern's entry sits in `entries`. It is made from the patterns alone, so the
     /// loader builds it while the policies are still being parsed.
     public struct Positions: Sendable {
-        /// The patterns in entry order.
-        let patterns: [HostPattern]
+        /// The patterns in entry order (nil for an entry without one, which no host meets).
+        let patterns: [HostPattern?]
         private(set) var exact: [String: Int] = [:]
         private(set) var wildcard: [String: Int] = [:]
         private(set) var addresses: [IPAddress: Int] = [:]
 
         /// Indexes `patterns`, which must be unique.
-        public init(_ patterns: [HostPattern]) {
+        public init(_ patterns: [HostPattern?]) {
             self.patterns = patterns
             var counts = (exact: 0, wildcard: 0)
             for pattern in patterns {
                 switch pattern {
                 case .exact: counts.exact += 1
                 case .wildcard: counts.wildcard += 1
-                case .ip: continue
+                case .ip, nil: continue
                 }
             }
             exact.reserveCapacity(counts.exact)
@@ -35,20 +35,25 @@ public struct PolicyTable: Sendable {
                 case .exact(let name): exact[name] = position
                 case .wildcard(let parent): wildcard[parent] = position
                 case .ip(let address): addresses[address] = position
+                case nil: continue
                 }
             }
+        }
+
+        /// True when these positions were made from exactly the patterns of `entries`, in order.
+        public func fit(_ entries: [PolicyEntry]) -> Bool {
+            entries.count == patterns.count && zip(entries, patterns).allSatisfy { $0.pattern == $1 }
         }
     }
 
     /// Builds the table; host entries must have unique patterns.
     public init(defaultEntry: PolicyEntry, entries: [PolicyEntry]) {
-        self.init(defaultEntry: defaultEntry, entries: entries, positions: Positions(entries.compactMap(\.pattern)))
+        self.init(defaultEntry: defaultEntry, entries: entries, positions: Positions(entries.map(\.pattern)))
     }
 
     /// Builds the table with `positions` made from exactly these entries' patterns, in order.
     public init(defaultEntry: PolicyEntry, entries: [PolicyEntry], positions: Positions) {
-        precondition(entries.count == positions.patterns.count && zip(entries, positions.patterns).allSatisfy { $0.pattern == $1 },
-                     "the positions were not made from these entries")
+        precondition(positions.fit(entries), "the positions were not made from these entries")
         self.defaultEntry = defaultEntry
         self.entries = entries
         self.positions = positions

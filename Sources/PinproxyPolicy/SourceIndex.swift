@@ -23,8 +23,13 @@ final class SourceIndex: @unchecked Sendable {
 
     private static let separator = "\u{1F}"
 
+    /// The first line that holds U+0000, as a byte or as a `\u0000`, `\U00000000` or `\x00`
+    /// escape (a run of backslashes of odd length before it); nil when none does.
+    let nulLine: Int?
+
     init(_ source: String) {
         text = Array(source.utf8)
+        nulLine = Self.firstNULLine(text)
         var written: [String: [(key: String, line: Int)]] = [:]
         Self.scan(text, keys: false) { path, number in
             switch path.count {
@@ -179,6 +184,24 @@ final class SourceIndex: @unchecked Sendable {
         }
     }
 
+    private static func firstNULLine(_ text: [UInt8]) -> Int? {
+        let backslash = UInt8(ascii: "\\")
+        let escapes = ["u0000", "U00000000", "x00"].map { Array($0.utf8) }
+        var found = text.firstIndex(of: 0) ?? text.count
+        var index = 0
+        while let start = text[index..<found].firstIndex(of: backslash) {
+            var end = start
+            while end < text.count && text[end] == backslash { end += 1 }
+            if (end - start) % 2 == 1, escapes.contains(where: { text[end...].starts(with: $0) }) {
+                found = start
+                break
+            }
+            index = min(end, found)
+        }
+        guard found < text.count else { return nil }
+        return text[..<found].count { $0 == 0x0A } + 1
+    }
+
     /// The character an escape in a basic string stands for (`\n`, `\u00E9`, ...), leaving
     /// `position` on the escape's last byte; nil when it is not a TOML escape.
     static func unescape(_ text: [UInt8], _ position: inout Int, _ end: Int) -> Unicode.Scalar? {
@@ -199,8 +222,9 @@ final class SourceIndex: @unchecked Sendable {
         case UInt8(ascii: "U"): digits = 8
         default: return nil
         }
-        guard position + digits < end,
-              let value = UInt32(String(decoding: text[(position + 1)...(position + digits)], as: UTF8.self), radix: 16)
+        let hex = text[(position + 1)..<min(position + 1 + digits, end)]
+        guard hex.count == digits, hex.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) }),
+              let value = UInt32(String(decoding: hex, as: UTF8.self), radix: 16)
         else { return nil }
         position += digits
         return Unicode.Scalar(value)

@@ -631,6 +631,32 @@ final class ConfigLoaderTests: XCTestCase {
         }
     }
 
+    /// TOMLKit reads the text and every key and string through C, which ends them at U+0000:
+    /// a NUL byte or escape anywhere is an error, never a silent cut.
+    func testNULIsRejected() throws {
+        let message = "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it"
+        assertErrors("[hosts.\"a.test\"]\naction = \"deny\"\u{0}\n[hosts.\"b.test\"]\naction = \"deny\"\n", [(2, message)])
+        for escape in [#"\u0000"#, #"\U00000000"#, #"\x00"#] {
+            assertErrors("""
+                [hosts."a.test"]
+                action = "deny"
+
+                [hosts."b.test\(escape)"]
+                action = "deny"
+                """, [(4, message)])
+            assertErrors("""
+                [hosts."a.test"]
+                action = "deny\(escape)x"
+                """, [(2, message)])
+        }
+        // An escaped backslash followed by the text u0000 is no NUL.
+        let config = try pki.loadConfig(#"""
+            [proxy]
+            ca_dir = "ca\\u0000"
+            """#)
+        XCTAssertEqual(config.proxy.caDirectory.map { URL(fileURLWithPath: $0).lastPathComponent }, #"ca\u0000"#)
+    }
+
     /// Escapes in a quoted key are read as TOML reads them, so diagnostics find its line.
     func testEscapedKeysAreIndexed() {
         assertErrors("""

@@ -47,6 +47,10 @@ final class HostTests: XCTestCase {
         XCTAssertNil(TargetHost("[::1"))
         XCTAssertNil(TargetHost("::1]"))
         XCTAssertNil(TargetHost("[::1%eth0]"))
+        // C would stop reading at a NUL and see a valid address.
+        XCTAssertNil(TargetHost("::1\u{0}x"))
+        XCTAssertNil(TargetHost("[::1\u{0}x]"))
+        XCTAssertNil(TargetHost("127.0.0.1\u{0}x"))
         XCTAssertNil(TargetHost("::g"))
         if case .ip(let address) = TargetHost("[::1]") {
             XCTAssertEqual(address.bytes, Array(repeating: 0, count: 15) + [1])

@@ -144,8 +144,9 @@ final class PolicyTableTests: XCTestCase {
             policy.includeSubdomains = subdomains
             return PolicyEntry(pattern: pattern.flatMap(HostPattern.init), name: pattern ?? "default", line: 0, policy: policy)
         }
+        // An entry without a pattern is listed but met by no host.
         let table = PolicyTable(defaultEntry: entry(nil), entries: [entry("a.test", subdomains: true), entry("b.a.test", subdomains: true),
-                                                                    entry("*.c.b.a.test"), entry("::1")])
+                                                                    entry(nil), entry("*.c.b.a.test"), entry("::1")])
         let lookups = ["x.a.test": "a.test", "x.b.a.test": "b.a.test", "d.c.b.a.test": "*.c.b.a.test", "e.d.c.b.a.test": "b.a.test",
                        "c.b.a.test": "b.a.test", "[::1]": "::1", "a.test.": "a.test", "z.test": "default"]
         for (host, name) in lookups {

@@ -581,6 +581,18 @@ ERRORS: list[Case] = [
         [hosts]
         "api.test" = "verify"  # @a
         """, ["a"]),
+    Case("nul-escape-in-host-key", """
+        [hosts."a.test"]
+        action = "deny"
+        [hosts."b.test\\u0000"]  # @a
+        action = "deny"
+        """, ["a"]),
+    Case("nul-byte", """
+        [hosts."a.test"]
+        action = "deny"\x00  # @a
+        [hosts."b.test"]
+        action = "deny"
+        """, ["a"]),
     Case("wrong-type-proxy-listen-string", """
         [proxy]
         listen = "127.0.0.1:3128"  # @a
