@@ -21,7 +21,7 @@ public struct Pin: Hashable, Sendable, CustomStringConvertible {
               data.count == 32,
               data.base64EncodedString() == encoded
         else { return nil }
-        self.digest = data.withUnsafeBytes { Array($0) }
+        self.digest = Array(data)
     }
 
     public var description: String {
