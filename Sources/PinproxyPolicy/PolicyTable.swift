@@ -10,7 +10,7 @@ public struct PolicyTable: Sendable {
 
     /// Where each pattern's entry sits in `entries`. It is made from the patterns alone, so the
     /// loader builds it while the policies are still being parsed.
-    public struct Positions: Sendable {
+    struct Positions: Sendable {
         /// The patterns in entry order (nil for an entry without one, which no host meets).
         let patterns: [HostPattern?]
         private(set) var exact: [String: Int] = [:]
@@ -18,7 +18,7 @@ public struct PolicyTable: Sendable {
         private(set) var addresses: [IPAddress: Int] = [:]
 
         /// Indexes `patterns`, which must be unique.
-        public init(_ patterns: [HostPattern?]) {
+        init(_ patterns: [HostPattern?]) {
             self.patterns = patterns
             var counts = (exact: 0, wildcard: 0)
             for pattern in patterns {
@@ -41,7 +41,7 @@ public struct PolicyTable: Sendable {
         }
 
         /// True when these positions were made from exactly the patterns of `entries`, in order.
-        public func fit(_ entries: [PolicyEntry]) -> Bool {
+        func fit(_ entries: [PolicyEntry]) -> Bool {
             entries.count == patterns.count && zip(entries, patterns).allSatisfy { $0.pattern == $1 }
         }
     }
@@ -52,7 +52,7 @@ public struct PolicyTable: Sendable {
     }
 
     /// Builds the table with `positions` made from exactly these entries' patterns, in order.
-    public init(defaultEntry: PolicyEntry, entries: [PolicyEntry], positions: Positions) {
+    init(defaultEntry: PolicyEntry, entries: [PolicyEntry], positions: Positions) {
         precondition(positions.fit(entries), "the positions were not made from these entries")
         self.defaultEntry = defaultEntry
         self.entries = entries
