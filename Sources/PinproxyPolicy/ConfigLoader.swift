@@ -657,6 +657,10 @@ private struct Loader {
         if !policy.validateHost && !(policy.pinKind != .none && hasPinMaterial) {
             error(entryPath, "\(name) has validate_host = false without pins: it would accept a certificate for any name; add pin and pins (or certificates)")
         }
+        if !policy.enforce && (trustWord == "none" || !policy.validateHost) {
+            let key = trustWord == "none" ? "trust = \"none\"" : "validate_host = false"
+            error(entryPath, "\(name) has enforce = false with \(key): the pins are its only protection, and report-only would drop them; remove enforce = false (or verify the chain and the host)")
+        }
         if trustWord == "pinned" && certificateFiles.isEmpty {
             error(entryPath, "\(name) has trust = \"pinned\" but no certificates: a hash alone cannot be an anchor; list the certificates")
         }

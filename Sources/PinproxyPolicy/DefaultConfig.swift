@@ -72,7 +72,11 @@ trust = "system"
 #                    certificate = SHA-256 of the certificate DER. Keep a backup pin.
 # certificates       ["pinned/leaf.pem", "pinned/"]: pinned certificates (PEM or DER, bundles,
 #                    directories of .pem .crt .cer .der); with pin = "public-key" their keys are pinned.
-# enforce            true (default) | false: report-only, logged as "would refuse", allowed.
+# enforce            true (default) | false: report-only for pin-mismatch, revocation-unknown,
+#                    host-denied and port-denied (allowed, logged as "would refuse", and the
+#                    200 carries "Pinproxy-Verdict: would-refuse REASON"). The chain, its dates,
+#                    the host name and revocation are always enforced. Not allowed with
+#                    trust = "none" or validate_host = false.
 # expires            2027-01-31: after this date pins are not enforced (chain and host still are);
 #                    only where trust is "system" or a list and validate_host = true.
 # include_subdomains false (default) | true: an exact-name entry also matches every subdomain.
@@ -98,7 +102,7 @@ trust = "system"
 # pin = "certificate"
 # certificates = ["pinned/internal.pem"]
 #
-# [hosts."*.cdn.example.com"]
+# [hosts."*.cdn.example.com"]        # trying out pins: a pin mismatch is only logged
 # pin = "public-key"
 # pins = ["sha256/...", "sha256/..."]
 # enforce = false

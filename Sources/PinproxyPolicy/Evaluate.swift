@@ -29,8 +29,9 @@ public enum TrustEvaluator {
     /// 4. The host against the leaf's subjectAltName (DNS, or IP for IP literals).
     /// 5. The pins against the verified chain, any position (only the leaf under `trust = "none"`),
     ///    unless `expires` has passed.
-    /// Every failure is kept; the verdict names the most important. With `enforce = false` a
-    /// refusal becomes report-only, never a silent allow.
+    /// Every failure is kept; the verdict names the most important. With `enforce = false`,
+    /// pin-mismatch, revocation-unknown, host-denied and port-denied become report-only (never
+    /// a silent allow); any other failure still refuses, and names the verdict.
     public static func evaluate(
         _ presentation: Presentation,
         host: TargetHost,
@@ -48,7 +49,14 @@ public enum TrustEvaluator {
             failures.sort { $0.reason < $1.reason }
             let outcome: Verdict.Outcome
             if let first = failures.first {
-                outcome = policy.enforce || !first.reason.isPolicyDecision ? .refuse(first.reason) : .reportOnly(first.reason)
+                if policy.enforce {
+                    outcome = .refuse(first.reason)
+                } else if let enforced = failures.first(where: { !$0.reason.mayBeReportOnly }) {
+                    outcome = .refuse(enforced.reason)
+                    notes.append("enforce = false does not apply to \(enforced.reason.rawValue): only pin, unknown-revocation, host and port refusals can be report-only")
+                } else {
+                    outcome = .reportOnly(first.reason)
+                }
             } else {
                 outcome = .allow
             }

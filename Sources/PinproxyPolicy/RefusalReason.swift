@@ -23,12 +23,25 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case handshakeFailed = "handshake-failed"
     case upstreamTimeout = "upstream-timeout"
 
-    /// Whether `enforce = false` turns this refusal into report-only: the reasons an entry
-    /// decides (host, port, certificate), never request, destination, upstream or TLS version.
+    /// Whether the verdict decides this reason from the entry (host, port, certificate), rather
+    /// than the proxy (request, destination, upstream, TLS version).
     public var isPolicyDecision: Bool {
         switch self {
         case .hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
              .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch:
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
+    /// revocation-unknown (soft fail), host-denied and port-denied. The chain, its dates, the
+    /// host name and a revocation are always enforced: behind an intercepting proxy the client
+    /// has no check of its own left.
+    public var mayBeReportOnly: Bool {
+        switch self {
+        case .hostDenied, .portDenied, .revocationUnknown, .pinMismatch:
             return true
         default:
             return false

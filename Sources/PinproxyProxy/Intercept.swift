@@ -25,7 +25,7 @@ extension ClientConnection {
         }
 
         phase = .clientHandshake
-        sendConnectionEstablished()
+        sendConnectionEstablished(verdict: verdict)
         let tls: BufferEvent
         do {
             let leaf = try worker.shared.localCA.leaf(for: host)

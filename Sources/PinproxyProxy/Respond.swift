@@ -59,9 +59,14 @@ extension ClientConnection {
         closeWhenFlushed()
     }
 
-    /// Step 7 (allowed): the 200 that opens the tunnel.
-    func sendConnectionEstablished() {
-        clientSide.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8))
+    /// Step 7 (allowed): the 200 that opens the tunnel. A connection that is not a plain allow
+    /// says so: `Pinproxy-Verdict: insecure` (allow-insecure) and `Pinproxy-Verdict: would-refuse
+    /// <reason>` (report-only).
+    func sendConnectionEstablished(verdict: Verdict) {
+        var head = "HTTP/1.1 200 Connection established\r\n"
+        if verdict.entry.policy.action == .allowInsecure { head += "Pinproxy-Verdict: insecure\r\n" }
+        if case .reportOnly(let reason) = verdict.outcome { head += "Pinproxy-Verdict: would-refuse \(reason.rawValue)\r\n" }
+        clientSide.write(Array((head + "\r\n").utf8))
     }
 
     /// Closes once everything queued for the client has been sent (or after a grace period).

@@ -265,6 +265,21 @@ final class ConfigLoaderTests: XCTestCase {
             trust = ["root-a.pem"]
             validate_host = false
             """, [(1, #"hosts."api.test" has validate_host = false without pins: it would accept a certificate for any name; add pin and pins (or certificates)"#)])
+        // Report-only where the pins are the only protection would leave none.
+        assertErrors("""
+            [hosts."api.test"]
+            trust = "none"
+            pin = "public-key"
+            \(Self.twoPins)
+            enforce = false
+            """, [(1, #"hosts."api.test" has enforce = false with trust = "none": the pins are its only protection, and report-only would drop them; remove enforce = false (or verify the chain and the host)"#)])
+        assertErrors("""
+            [default]
+            validate_host = false
+            pin = "public-key"
+            \(Self.twoPins)
+            enforce = false
+            """, [(1, #"default has enforce = false with validate_host = false: the pins are its only protection, and report-only would drop them; remove enforce = false (or verify the chain and the host)"#)])
         assertErrors("""
             [hosts."api.test"]
             trust = "pinned"

@@ -383,8 +383,9 @@ final class EvaluateTests: XCTestCase {
         XCTAssertEqual(verdict.notes, ["pins expired on 2026-01-31 and were not enforced"])
     }
 
-    /// `enforce = false` turns every policy refusal into report-only, never a silent allow.
-    func testEnforceFalseReportsEveryPolicyReason() throws {
+    /// `enforce = false` turns pin-mismatch, revocation-unknown, host-denied and port-denied into
+    /// report-only (never a silent allow); every other policy reason still refuses.
+    func testEnforceFalseRelaxesOnlyPinsRevocationUnknownAndRequestChecks() throws {
         let crl = "revocation = \"crl\"\ncrls = [\"crl-int-a.pem\"]"
         let rows: [(RefusalReason, String, String, String, UInt16)] = [
             (.hostDenied, "action = \"deny\"", "api.test", "api-chain.pem", 443),
@@ -398,18 +399,43 @@ final class EvaluateTests: XCTestCase {
             (.pinMismatch, "pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]", "api.test", "api-chain.pem", 443),
         ]
         XCTAssertEqual(Set(rows.map(\.0)), Set(RefusalReason.allCases.filter(\.isPolicyDecision)))
+        XCTAssertEqual(RefusalReason.allCases.filter(\.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch])
         var cases: [EvaluationCase] = []
         for (reason, keys, host, chain, port) in rows {
             cases.append(.init(name: "enforced \(reason.rawValue)", config: Self.apiEntry(keys), host: host, port: port,
                                chain: chain, expect: "refuse: \(reason.rawValue)"))
+            let relaxed = [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch].contains(reason)
             cases.append(.init(name: "report-only \(reason.rawValue)", config: Self.apiEntry(keys + "\nenforce = false"), host: host,
-                               port: port, chain: chain, expect: "allow (would refuse: \(reason.rawValue))", failures: [reason]))
+                               port: port, chain: chain,
+                               expect: relaxed ? "allow (would refuse: \(reason.rawValue))" : "refuse: \(reason.rawValue)", failures: [reason]))
         }
         check(cases)
-        let verdict = try pki.evaluate(config: Self.apiEntry("enforce = false"), host: "api.test", chain: "untrusted-chain.pem")
-        XCTAssertEqual(verdict.outcome, .reportOnly(.untrustedChain))
-        XCTAssertEqual(verdict.reason, .untrustedChain)
-        XCTAssertTrue(verdict.allowsConnection)
+        let pinned = try pki.evaluate(config: Self.apiEntry("pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]\nenforce = false"),
+                                      host: "api.test", chain: "api-chain.pem")
+        XCTAssertEqual(pinned.outcome, .reportOnly(.pinMismatch))
+        XCTAssertTrue(pinned.allowsConnection)
+        let untrusted = try pki.evaluate(config: Self.apiEntry("enforce = false"), host: "api.test", chain: "untrusted-chain.pem")
+        XCTAssertEqual(untrusted.outcome, .refuse(.untrustedChain))
+        XCTAssertFalse(untrusted.allowsConnection)
+        XCTAssertEqual(untrusted.notes, ["enforce = false does not apply to untrusted-chain: only pin, unknown-revocation, host and port refusals can be report-only"])
+    }
+
+    /// The reproduction: a self-signed, expired certificate for another name, served to a
+    /// report-only entry and to a report-only `[default]`, is refused, and named by the most
+    /// important always-enforced reason even after a relaxed one.
+    func testReportOnlyIsNeverASilentManInTheMiddle() {
+        let pinned = "pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]\nenforce = false"
+        check([
+            .init(name: "report-only entry, self-signed expired other name", config: "[hosts.\"*.cdn.test\"]\n" + pinned,
+                  host: "a.cdn.test", chain: "expired-selfsigned.pem", expect: "refuse: untrusted-chain"),
+            .init(name: "report-only default, self-signed expired other name", config: "[default]\nenforce = false\n",
+                  host: "a.cdn.test", chain: "expired-selfsigned.pem", expect: "refuse: untrusted-chain"),
+            .init(name: "a relaxed port refusal before an enforced one", config: Self.apiEntry("ports = [8443]\nenforce = false"),
+                  host: "api.test", chain: "expired-chain.pem", expect: "refuse: certificate-expired",
+                  failures: [.portDenied, .certificateExpired]),
+            .init(name: "relaxed reasons only", config: Self.apiEntry("ports = [8443]\n" + pinned), host: "api.test",
+                  chain: "api-chain.pem", expect: "allow (would refuse: port-denied)", failures: [.portDenied, .pinMismatch]),
+        ])
     }
 
     /// allow-insecure checks nothing about the certificate, but the port still applies.
@@ -449,14 +475,14 @@ final class EvaluateTests: XCTestCase {
                   failures: [.hostnameMismatch, .pinMismatch]),
             .init(name: "report-only port refusal still evaluates the chain",
                   config: Self.apiEntry("ports = [8443]\nenforce = false"), host: "api.test",
-                  chain: "expired-chain.pem", expect: "allow (would refuse: port-denied)",
+                  chain: "expired-chain.pem", expect: "refuse: certificate-expired",
                   failures: [.portDenied, .certificateExpired]),
             .init(name: "denied before everything", config: Self.apiEntry("action = \"deny\"\nports = [8443]"), host: "api.test",
                   chain: "expired-chain.pem", expect: "refuse: host-denied", failures: [.hostDenied, .portDenied]),
             .init(name: "port before the certificate", config: Self.apiEntry("ports = [8443]"), host: "api.test",
                   chain: "expired-chain.pem", expect: "refuse: port-denied", failures: [.portDenied]),
-            .init(name: "report-only names the most important", config: "[default]\ntrust = [\"root-a.pem\"]\nenforce = false\n",
-                  host: "other.test", chain: "expired-chain.pem", expect: "allow (would refuse: certificate-expired)",
+            .init(name: "report-only still names the most important", config: "[default]\ntrust = [\"root-a.pem\"]\nenforce = false\n",
+                  host: "other.test", chain: "expired-chain.pem", expect: "refuse: certificate-expired",
                   failures: [.certificateExpired, .hostnameMismatch]),
         ])
         let verdict = try pki.evaluate(config: "[default]\ntrust = [\"root-a.pem\"]\n", host: "other.test", chain: "expired-chain.pem")

@@ -476,6 +476,8 @@ def build_standard_set(outdir: os.PathLike | str) -> dict[str, Issued]:
     )
     write_pem(out / "self-rekeyed.pem", rekeyed.cert)
     certs["self-rekeyed"] = rekeyed
+    # What a man in the middle serves: self-signed, expired, for another name.
+    put("expired-selfsigned", make_leaf("mitm.test", None, san_dns=["mitm.test"], not_before=_d(2010), not_after=_d(2015)))
 
     untrusted = put("untrusted", make_leaf("api.test", int_b, san_dns=API_SANS), int_b)
     write_pem(out / "mixed-chain.pem", untrusted.cert, int_a.cert)

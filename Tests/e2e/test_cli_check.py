@@ -353,6 +353,21 @@ ERRORS: list[Case] = [
         trust = ["root-a.pem"]
         validate_host = false   # @a
         """, ["a"]),
+    # --- report-only where the pins are the only protection
+    Case("enforce-false-with-trust-none", f"""
+        [hosts."self.test"]  # @a
+        trust = "none"       # @a
+        pin = "public-key"
+        pins = ["{P1}", "{P2}"]
+        enforce = false      # @a
+        """, ["a"]),
+    Case("enforce-false-with-validate-host-false", f"""
+        [default]              # @a
+        validate_host = false  # @a
+        pin = "public-key"
+        pins = ["{P1}", "{P2}"]
+        enforce = false        # @a
+        """, ["a"]),
     # --- pin without pins
     Case("pin-public-key-without-pins", """
         [hosts."api.test"]  # @a

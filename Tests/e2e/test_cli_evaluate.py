@@ -350,8 +350,8 @@ ACTIONS = cases(
     Ev("deny-default", default(action="deny"), refuse("host-denied"), host="other.test", pins_shown=False, entry="default"),
     Ev("deny-default-entry-overrides", default(action="deny") + host("api.test", trust=TA), ALLOW, entry="api.test"),
     # Report-only: the evaluation goes on past host-denied, so the chain is judged too (the test
-    # root is not in the system store).
-    Ev("deny-report-only", host("api.test", action="deny", enforce=False), would("host-denied"), also=("untrusted-chain",)),
+    # root is not in the system store), and an untrusted chain is refused even under report-only.
+    Ev("deny-report-only", host("api.test", action="deny", enforce=False), refuse("untrusted-chain"), also=("host-denied",)),
     Ev("deny-report-only-trusted", host("api.test", action="deny", enforce=False, trust=TA), would("host-denied")),
     Ev("allow-insecure", host("api.test", action="allow-insecure"), ALLOW, chain="untrusted-chain.pem", pins_shown=False),
     Ev("allow-insecure-no-checks-at-all", host("*.wild.test", action="allow-insecure"), ALLOW, host="a.wild.test",
@@ -384,19 +384,30 @@ PORTS = cases(
        pins_shown=False),
 )
 
+# Report-only relaxes pins, unknown revocation, host and port; the certificate itself is always
+# checked (a client behind pinproxy has no check of its own left).
 REPORT_ONLY = cases(
     Ev("report-only-pin-mismatch", host("api.test", trust=TA, enforce=False, **pk(X, Y)), would("pin-mismatch")),
-    Ev("report-only-untrusted", host("api.test", trust=["root-b.pem"], enforce=False), would("untrusted-chain")),
-    Ev("report-only-expired", host("api.test", trust=TA, enforce=False), would("certificate-expired"), chain="expired-chain.pem"),
-    Ev("report-only-not-yet-valid", host("api.test", trust=TA, enforce=False), would("certificate-not-yet-valid"),
+    Ev("report-only-untrusted-still-refused", host("api.test", trust=["root-b.pem"], enforce=False), refuse("untrusted-chain")),
+    Ev("report-only-expired-still-refused", host("api.test", trust=TA, enforce=False), refuse("certificate-expired"),
+       chain="expired-chain.pem"),
+    Ev("report-only-not-yet-valid-still-refused", host("api.test", trust=TA, enforce=False), refuse("certificate-not-yet-valid"),
        chain="notyet-chain.pem"),
-    Ev("report-only-hostname", host("other.test", trust=TA, enforce=False), would("hostname-mismatch"), host="other.test"),
-    Ev("report-only-revoked", host("api.test", trust=TA, enforce=False, revocation="crl", crls=["crl-int-a.pem"]),
-       would("revoked"), chain="revoked-chain.pem"),
+    Ev("report-only-hostname-still-refused", host("other.test", trust=TA, enforce=False), refuse("hostname-mismatch"),
+       host="other.test"),
+    Ev("report-only-revoked-still-refused", host("api.test", trust=TA, enforce=False, revocation="crl", crls=["crl-int-a.pem"]),
+       refuse("revoked"), chain="revoked-chain.pem"),
     Ev("report-only-revocation-unknown", host("api.test", trust=TA, enforce=False, revocation="ocsp-staple"),
        would("revocation-unknown")),
-    Ev("report-only-priority", host("api.test", trust=["root-b.pem"], enforce=False, **pk(X, Y)), would("untrusted-chain"),
+    Ev("report-only-priority", host("api.test", trust=["root-b.pem"], enforce=False, **pk(X, Y)), refuse("untrusted-chain"),
        also=("pin-mismatch",)),
+    Ev("report-only-port-then-expired", PX + host("api.test", trust=TA, enforce=False), refuse("certificate-expired"),
+       port=8443, chain="expired-chain.pem", also=("port-denied",)),
+    Ev("report-only-mitm-self-signed-expired-other-name", host("*.cdn.test", enforce=False, **pk(X, Y)),
+       refuse("untrusted-chain"), host="a.cdn.test", chain="expired-selfsigned.pem",
+       maybe=("certificate-expired", "hostname-mismatch", "pin-mismatch")),
+    Ev("report-only-default-mitm", default(enforce=False), refuse("untrusted-chain"), host="a.cdn.test",
+       chain="expired-selfsigned.pem", maybe=("certificate-expired", "hostname-mismatch")),
     Ev("report-only-in-default", default(trust=TA, enforce=False, **pk(X, Y)), would("pin-mismatch")),
     Ev("report-only-passing-is-plain-allow", host("api.test", trust=TA, enforce=False, **pk(spki("api"), X)), ALLOW),
 )
