@@ -364,7 +364,7 @@ private struct Loader {
             }
         } else if let store = system(["default"]) {
             defaultEntry = PolicyEntry(pattern: nil, name: "default", line: 0,
-                                       policy: HostPolicy(trust: .system(store), ports: proxy.allowPorts))
+                                       policy: try! HostPolicy(.init(trust: .system(store), ports: proxy.allowPorts)))
         }
 
         var hosts: (entries: [PolicyEntry], positions: PolicyTable.Positions?) = ([], nil)
@@ -542,7 +542,7 @@ private struct Loader {
     /// Parses the policy of the table at `entryPath`, shown as `name` in diagnostics.
     mutating func parsePolicy(_ table: TOMLTable, _ entryPath: [String], name: String, pattern: HostPattern?, proxy: ProxySettings) -> HostPolicy? {
         let errorsBefore = errors.count
-        var policy = HostPolicy(trust: .none, ports: proxy.allowPorts)
+        var policy = HostPolicy.Settings(trust: .none, ports: proxy.allowPorts)
         var trustWord = "system"
         var trustFiles: [String]?
         var pinTexts: [String] = []
@@ -720,10 +720,15 @@ private struct Loader {
         policy.pins = unique
 
         addWarnings(policy, entryPath, name: name, anchors: anchors)
-        return policy
+        do {
+            return try HostPolicy(policy)
+        } catch {
+            self.error(entryPath, "\(name): \(error)")
+            return nil
+        }
     }
 
-    mutating func addWarnings(_ policy: HostPolicy, _ entryPath: [String], name: String, anchors: [Certificate]) {
+    mutating func addWarnings(_ policy: HostPolicy.Settings, _ entryPath: [String], name: String, anchors: [Certificate]) {
         if policy.action == .allowInsecure {
             warn(entryPath + ["action"], "\(name) has action = \"allow-insecure\": its connections are not checked at all")
         }

@@ -2,7 +2,11 @@ import Foundation
 import PinproxyInterop
 
 /// The policy one `[default]` or `[hosts."PATTERN"]` entry applies, fully loaded: pins
-/// parsed, pinned certificates, anchors and CRLs read.
+/// parsed, pinned certificates, anchors and CRLs read. It fails closed by construction: it is
+/// built only from `Settings` that verify the chain or the host against something (see
+/// `init(_:)`), and it cannot be changed afterwards. Its settings read as its own properties
+/// (`policy.pins`).
+@dynamicMemberLookup
 public struct HostPolicy: Sendable {
     /// What to do with a connection.
     public enum Action: String, Sendable, CaseIterable {
@@ -22,7 +26,8 @@ public struct HostPolicy: Sendable {
         /// The chain is not verified: pins alone protect the entry.
         case none
 
-        var store: TrustStore? {
+        /// The store chains are verified to; nil under `trust = "none"`.
+        public var store: TrustStore? {
             switch self {
             case .system(let store), .pinned(let store), .anchors(let store, _): return store
             case .none: return nil
@@ -69,30 +74,68 @@ public struct HostPolicy: Sendable {
         case v1_3 = "1.3"
     }
 
-    public var action: Action = .verify
-    public var trust: Trust
-    public var validateHost = true
-    public var pinKind: PinKind = .none
-    /// Every accepted digest: the `pins` plus the digests of the pinned `certificates`.
-    public var pins: [Pin] = []
-    /// The pinned certificates as loaded from `certificates`.
-    public var pinnedCertificates: [Certificate] = []
-    public var enforce = true
-    /// The `expires` date as written (YYYY-MM-DD), if any.
-    public var expires: String?
-    /// The first instant at which pins are no longer enforced: midnight UTC after `expires`.
-    public var pinsExpireAt: Date?
-    public var includeSubdomains = false
-    public var ports: Set<UInt16>
-    public var minTLS: TLSVersion = .v1_2
-    public var revocation: Revocation = .off
+    /// Everything a policy decides with, freely set; `HostPolicy(_:)` admits only a safe set.
+    public struct Settings: Sendable {
+        public var action: Action = .verify
+        public var trust: Trust
+        public var validateHost = true
+        public var pinKind: PinKind = .none
+        /// Every accepted digest: the `pins` plus the digests of the pinned `certificates`.
+        public var pins: [Pin] = []
+        /// The pinned certificates as loaded from `certificates`.
+        public var pinnedCertificates: [Certificate] = []
+        public var enforce = true
+        /// The `expires` date as written (YYYY-MM-DD), if any.
+        public var expires: String?
+        /// The first instant at which pins are no longer enforced: midnight UTC after `expires`.
+        public var pinsExpireAt: Date?
+        public var includeSubdomains = false
+        public var ports: Set<UInt16>
+        public var minTLS: TLSVersion = .v1_2
+        public var revocation: Revocation = .off
 
-    /// A policy with every default and the given trust and ports.
-    public init(trust: Trust, ports: Set<UInt16>) {
-        self.trust = trust
-        self.ports = ports
+        /// Every default, with the given trust and ports.
+        public init(trust: Trust, ports: Set<UInt16>) {
+            self.trust = trust
+            self.ports = ports
+        }
+
+        /// Why these settings would let a certificate through on the strength of nothing the
+        /// policy checks; nil when they are safe. The loader reports the same rules with lines.
+        public var failOpenReason: String? {
+            let pinned = pinKind != .none && !pins.isEmpty
+            if pinKind != .none && pins.isEmpty { return "pin = \"\(pinKind.rawValue)\" with no pins" }
+            if trust.store == nil && !pinned { return "trust = \"none\" without pins would accept any certificate" }
+            if !validateHost && !pinned { return "validate_host = false without pins would accept a certificate for any name" }
+            let pinsAlone = trust.store == nil || !validateHost
+            if pinsAlone && !enforce { return "enforce = false where the pins are the only protection would drop them" }
+            if pinsAlone && expires != nil { return "expires where the pins are the only protection would end all protection" }
+            return nil
+        }
     }
 
+    /// The settings whose pins are the only protection are refused.
+    public struct FailOpenError: Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The validated settings.
+    public let settings: Settings
+
+    /// A policy with `settings`; throws when they fail open: no anchor and no pin, no host
+    /// check and no pin, a pin kind without pins, or report-only or expiring pins where pins
+    /// are the only protection.
+    public init(_ settings: Settings) throws(FailOpenError) {
+        if let reason = settings.failOpenReason { throw FailOpenError(description: reason) }
+        self.settings = settings
+    }
+
+    public subscript<Value>(dynamicMember keyPath: KeyPath<Settings, Value>) -> Value {
+        settings[keyPath: keyPath]
+    }
+}
+
+extension HostPolicy.Settings {
     /// A string that changes whenever anything this policy decides with changes; the proxy keys
     /// its upstream TLS session cache with it.
     public var fingerprint: String {

@@ -63,14 +63,20 @@ final class ConformanceTests: XCTestCase {
         } catch {
             return Outcome(allowed: false, detail: "no trust store: \(error)")
         }
-        var policy = HostPolicy(trust: .anchors(store, anchors), ports: [443])
-        policy.validateHost = true
+        var settings = HostPolicy.Settings(trust: .anchors(store, anchors), ports: [443])
+        settings.validateHost = true
         if let crls = testcase.crls, !crls.isEmpty {
             do {
-                policy.revocation = .crl(try crls.flatMap { try RevocationList.parseAll(Array($0.utf8)) })
+                settings.revocation = .crl(try crls.flatMap { try RevocationList.parseAll(Array($0.utf8)) })
             } catch {
                 return Outcome(allowed: false, detail: "a CRL does not parse: \(error)")
             }
+        }
+        let policy: HostPolicy
+        do {
+            policy = try HostPolicy(settings)
+        } catch {
+            return Outcome(allowed: false, detail: "no policy: \(error)")
         }
         // Limbo means "now" when it gives no time; its certificates run 1970…2969, so the fixed
         // evaluation time keeps the run reproducible.

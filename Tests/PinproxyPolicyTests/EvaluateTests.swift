@@ -561,9 +561,10 @@ final class EvaluateTests: XCTestCase {
     /// and evaluating twice gives the same answer.
     func testHandBuiltEntry() throws {
         let root = try pki.certificate("root-a.pem")
-        var policy = HostPolicy(trust: .anchors(try TrustStore(anchors: [root]), [root]), ports: [443])
-        policy.pinKind = .certificate
-        policy.pins = [Pin(pki.certPin("int-a"))!]
+        var settings = HostPolicy.Settings(trust: .anchors(try TrustStore(anchors: [root]), [root]), ports: [443])
+        settings.pinKind = .certificate
+        settings.pins = [Pin(pki.certPin("int-a"))!]
+        let policy = try HostPolicy(settings)
         let entry = PolicyEntry(pattern: HostPattern("api.test"), name: "hosts.\"api.test\"", line: 0, policy: policy)
         let chain = TrustEvaluator.Presentation(chain: try pki.certificates("api-chain.pem"))
         for _ in 0..<2 {
@@ -573,5 +574,40 @@ final class EvaluateTests: XCTestCase {
         }
         let other = TrustEvaluator.evaluate(chain, host: TargetHost("www.api.test")!, port: 80, entry: entry, at: evaluationTime)
         XCTAssertEqual(other.failures.map(\.description), ["port-denied: port 80 is not allowed for hosts.\"api.test\" (allowed: 443)"])
+    }
+
+    /// A policy that would fail open cannot be built, whoever builds it: no anchor and no pin,
+    /// no host check and no pin, a pin kind without pins, or report-only or expiring pins where
+    /// the pins are all that protects the entry.
+    func testFailOpenPoliciesCannotBeBuilt() throws {
+        let root = try pki.certificate("root-a.pem")
+        let store = try TrustStore(anchors: [root])
+        let pins = [Pin(pki.spki("api"))!, Pin(pki.spki("api-newkey"))!]
+        func settings(_ trust: HostPolicy.Trust, _ change: (inout HostPolicy.Settings) -> Void) -> HostPolicy.Settings {
+            var settings = HostPolicy.Settings(trust: trust, ports: [443])
+            change(&settings)
+            return settings
+        }
+        let refused: [(String, HostPolicy.Settings, String)] = [
+            ("trust none, no pins", settings(.none) { _ in }, "trust = \"none\" without pins would accept any certificate"),
+            ("trust none, a pin kind and no pins", settings(.none) { $0.pinKind = .publicKey }, "pin = \"public-key\" with no pins"),
+            ("trust none, pins but pin none", settings(.none) { $0.pins = pins }, "trust = \"none\" without pins would accept any certificate"),
+            ("no host check, no pins", settings(.anchors(store, [root])) { $0.validateHost = false },
+             "validate_host = false without pins would accept a certificate for any name"),
+            ("trust none, report-only", settings(.none) { $0.pinKind = .publicKey; $0.pins = pins; $0.enforce = false },
+             "enforce = false where the pins are the only protection would drop them"),
+            ("no host check, expiring pins",
+             settings(.anchors(store, [root])) { $0.validateHost = false; $0.pinKind = .publicKey; $0.pins = pins; $0.expires = "2026-01-01" },
+             "expires where the pins are the only protection would end all protection"),
+        ]
+        for (name, unsafe, message) in refused {
+            XCTAssertThrowsError(try HostPolicy(unsafe), name) { error in
+                XCTAssertEqual("\(error)", message, name)
+            }
+        }
+        // Their safe twins build.
+        XCTAssertNoThrow(try HostPolicy(settings(.none) { $0.pinKind = .publicKey; $0.pins = pins }))
+        XCTAssertNoThrow(try HostPolicy(settings(.anchors(store, [root])) { $0.validateHost = false; $0.pinKind = .publicKey; $0.pins = pins }))
+        XCTAssertNoThrow(try HostPolicy(settings(.anchors(store, [root])) { $0.enforce = false }))
     }
 }

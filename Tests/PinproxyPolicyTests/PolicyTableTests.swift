@@ -140,9 +140,10 @@ final class PolicyTableTests: XCTestCase {
     func testHandBuiltTable() throws {
         let store = try TrustStore(anchors: [pki.certificate("root-a.pem")])
         func entry(_ pattern: String?, subdomains: Bool = false) -> PolicyEntry {
-            var policy = HostPolicy(trust: .pinned(store), ports: [443])
-            policy.includeSubdomains = subdomains
-            return PolicyEntry(pattern: pattern.flatMap(HostPattern.init), name: pattern ?? "default", line: 0, policy: policy)
+            var settings = HostPolicy.Settings(trust: .pinned(store), ports: [443])
+            settings.includeSubdomains = subdomains
+            return PolicyEntry(pattern: pattern.flatMap(HostPattern.init), name: pattern ?? "default", line: 0,
+                               policy: try! HostPolicy(settings))
         }
         // An entry without a pattern is listed but met by no host.
         let table = PolicyTable(defaultEntry: entry(nil), entries: [entry("a.test", subdomains: true), entry("b.a.test", subdomains: true),
