@@ -39,26 +39,21 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     }
 
     /// Parses a PEM bundle (every CERTIFICATE block, in order) or a single DER certificate.
-    public static func parseAll(_ bytes: [UInt8]) throws -> [Certificate] {
-        if bytes.isPEM {
-            var result: [Certificate] = []
-            try bytes.withUnsafeBytes { raw in
-                guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else {
-                    throw OpenSSLError.drain("BIO_new_mem_buf")
-                }
-                defer { BIO_free(bio) }
-                while let cert = PEM_read_bio_X509(bio, nil, nil, nil) {
-                    result.append(Certificate(taking: cert))
-                }
-                // The loop ends with a "no start line" error at the end of input.
-                let leftover = drainErrorQueue()
-                if result.isEmpty {
-                    throw OpenSSLError(operation: "no PEM certificate found", messages: leftover)
-                }
+    /// Nothing is skipped: a block that is malformed, of another type or not a certificate, or
+    /// bytes after a DER certificate, is an error naming the block.
+    public static func parseAll(_ bytes: [UInt8]) throws(X509ParseError) -> [Certificate] {
+        guard bytes.isPEM else {
+            guard let certificate = try? Certificate(der: bytes) else {
+                throw X509ParseError(description: "holds no PEM or DER certificate")
             }
-            return result
+            return [certificate]
         }
-        return [try Certificate(der: bytes)]
+        var result: [Certificate] = []
+        for block in try PEMBlocks.read(bytes, types: ["CERTIFICATE", "X509 CERTIFICATE"], what: "certificate") {
+            guard let certificate = try? Certificate(der: block.der) else { throw PEMBlocks.invalid(block, "certificate") }
+            result.append(certificate)
+        }
+        return result
     }
 
     /// The certificate's DER encoding.

@@ -15,29 +15,35 @@ public final class RevocationList: @unchecked Sendable {
         X509_CRL_free(handle)
     }
 
-    /// Parses a PEM bundle of CRLs or a single DER CRL.
-    public static func parseAll(_ bytes: [UInt8]) throws -> [RevocationList] {
-        if bytes.isPEM {
-            var result: [RevocationList] = []
-            try bytes.withUnsafeBytes { raw in
-                guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else {
-                    throw OpenSSLError.drain("BIO_new_mem_buf")
-                }
-                defer { BIO_free(bio) }
-                while let crl = PEM_read_bio_X509_CRL(bio, nil, nil, nil) {
-                    result.append(RevocationList(taking: crl))
-                }
-                let leftover = drainErrorQueue()
-                if result.isEmpty { throw OpenSSLError(operation: "no PEM CRL found", messages: leftover) }
-            }
-            return result
+    /// Parses a PEM bundle of CRLs or a single DER CRL. Nothing is skipped: a block that is
+    /// malformed, of another type or not a CRL, or bytes after a DER CRL, is an error naming it.
+    public static func parseAll(_ bytes: [UInt8]) throws(X509ParseError) -> [RevocationList] {
+        guard bytes.isPEM else {
+            guard let list = RevocationList(der: bytes) else { throw X509ParseError(description: "holds no PEM or DER CRL") }
+            return [list]
         }
-        let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
+        var result: [RevocationList] = []
+        for block in try PEMBlocks.read(bytes, types: ["X509 CRL"], what: "CRL") {
+            guard let list = RevocationList(der: block.der) else { throw PEMBlocks.invalid(block, "CRL") }
+            result.append(list)
+        }
+        return result
+    }
+
+    /// Parses exactly one DER CRL; nil when the bytes are not one, or hold more.
+    convenience init?(der: [UInt8]) {
+        let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
             var cursor = buffer.baseAddress
-            return d2i_X509_CRL(nil, &cursor, buffer.count)
+            let crl = d2i_X509_CRL(nil, &cursor, buffer.count)
+            if let crl, cursor != buffer.baseAddress.map({ $0 + buffer.count }) {
+                X509_CRL_free(crl)
+                return nil
+            }
+            return crl
         }
-        guard let parsed else { throw OpenSSLError.drain("not a DER CRL") }
-        return [RevocationList(taking: parsed)]
+        _ = drainErrorQueue()
+        guard let parsed else { return nil }
+        self.init(taking: parsed)
     }
 
     /// The issuer in RFC 2253 form.

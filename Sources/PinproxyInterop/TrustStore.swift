@@ -27,6 +27,11 @@ public final class TrustStore: @unchecked Sendable {
         guard let store = X509_STORE_new() else { throw OpenSSLError.drain("X509_STORE_new") }
         let variable = String(cString: X509_get_default_cert_file_env())
         let file = ProcessInfo.processInfo.environment[variable] ?? String(cString: X509_get_default_cert_file())
+        var info = stat()
+        if stat(file, &info) == 0 && Int64(info.st_size) > Int64(FilePathBytes.readLimit) {
+            X509_STORE_free(store)
+            throw OpenSSLError(operation: "the system trust store \(file) \(FileReadError.tooLarge(limit: FilePathBytes.readLimit))", messages: [])
+        }
         let loaded = FileManager.default.isReadableFile(atPath: file) ? X509_STORE_load_file(store, file) : X509_STORE_set_default_paths(store)
         guard loaded == 1 else {
             X509_STORE_free(store)

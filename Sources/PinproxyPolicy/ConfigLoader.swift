@@ -13,11 +13,18 @@ public enum ConfigLoader {
     /// Reads and checks the config at `path`; relative paths inside it are resolved against its
     /// directory. Warnings are judged at `now`.
     public static func load(path: String, now: Date = Date()) throws(ConfigError) -> Config {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            let why = FileManager.default.fileExists(atPath: path) ? "cannot read the config file" : "no such config file"
+        let data: [UInt8]
+        do {
+            data = try FilePathBytes(path).read()
+        } catch {
+            let why = switch error {
+            case .missing: "no such config file"
+            case .tooLarge: "the config file \(error)"
+            case .unreadable: "cannot read the config file: \(error)"
+            }
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 0, severity: .error, message: why)])
         }
-        guard let text = String(data: data, encoding: .utf8) else {
+        guard let text = String(validating: data, as: UTF8.self) else {
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 0, severity: .error, message: "the config is not UTF-8 text")])
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
@@ -249,7 +256,8 @@ private struct Loader {
     }
 
     /// Loads every certificate in the listed files and directories (each certificate file: PEM
-    /// bundle or DER; in a directory, files ending .pem .crt .cer .der in any case).
+    /// bundle or DER; in a directory, files ending .pem .crt .cer .der in any case, whatever
+    /// bytes their names hold).
     mutating func certificates(_ files: [String], _ keyPath: @autoclosure () -> [String], what: String) -> [Certificate]? {
         var result: [Certificate] = []
         var failed = false
@@ -259,30 +267,37 @@ private struct Loader {
                 result += cached
                 continue
             }
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: resolved, isDirectory: &isDirectory) else {
+            let path = FilePathBytes(resolved)
+            guard let kind = path.kind else {
                 error(keyPath(), element: file, "\(what) \"\(file)\" does not exist (\(resolved))")
                 failed = true
                 continue
             }
             var loaded: [Certificate] = []
-            if isDirectory.boolValue {
-                let names = (try? FileManager.default.contentsOfDirectory(atPath: resolved)) ?? []
-                let certificateNames = names.filter { Self.certificateExtensions.contains(($0 as NSString).pathExtension.lowercased()) }.sorted()
-                if certificateNames.isEmpty {
+            if kind == .directory {
+                let names: [[UInt8]]
+                do {
+                    names = try path.directoryEntries().filter(Self.hasCertificateExtension)
+                } catch {
+                    self.error(keyPath(), element: file, "\(what) directory \"\(file)\" \(error)")
+                    failed = true
+                    continue
+                }
+                if names.isEmpty {
                     error(keyPath(), element: file, "\(what) directory \"\(file)\" holds no .pem, .crt, .cer or .der file")
                     failed = true
                     continue
                 }
-                for name in certificateNames {
-                    guard let parsed = certificateFile(resolved + "/" + name, shownAs: file + "/" + name, keyPath(), element: file, what: what) else {
+                for name in names {
+                    guard let parsed = certificateFile(path.appending(name), shownAs: file + "/" + FilePathBytes.display(name),
+                                                       keyPath(), element: file, what: what) else {
                         failed = true
                         continue
                     }
                     loaded += parsed
                 }
             } else {
-                guard let parsed = certificateFile(resolved, shownAs: file, keyPath(), element: file, what: what) else {
+                guard let parsed = certificateFile(path, shownAs: file, keyPath(), element: file, what: what) else {
                     failed = true
                     continue
                 }
@@ -294,15 +309,18 @@ private struct Loader {
         return failed ? nil : result
     }
 
-    mutating func certificateFile(_ resolved: String, shownAs file: String, _ keyPath: @autoclosure () -> [String], element: String, what: String) -> [Certificate]? {
-        guard let data = FileManager.default.contents(atPath: resolved) else {
-            error(keyPath(), element: element, "\(what) \"\(file)\" cannot be read")
-            return nil
-        }
+    /// Whether a directory entry ends .pem .crt .cer or .der, in any case.
+    static func hasCertificateExtension(_ name: [UInt8]) -> Bool {
+        guard let dot = name.lastIndex(of: UInt8(ascii: ".")), dot > 0 else { return false }
+        let suffix = String(decoding: name[(dot + 1)...], as: UTF8.self).lowercased()
+        return certificateExtensions.contains(suffix)
+    }
+
+    mutating func certificateFile(_ path: FilePathBytes, shownAs file: String, _ keyPath: @autoclosure () -> [String], element: String, what: String) -> [Certificate]? {
         do {
-            return try Certificate.parseAll(Array(data))
+            return try Certificate.parseAll(path.read())
         } catch {
-            self.error(keyPath(), element: element, "\(what) \"\(file)\" holds no PEM or DER certificate")
+            self.error(keyPath(), element: element, "\(what) \"\(file)\" \(error)")
             return nil
         }
     }
@@ -312,16 +330,13 @@ private struct Loader {
         var failed = false
         for file in files {
             let resolved = resolve(file)
-            guard let data = FileManager.default.contents(atPath: resolved) else {
-                let why = FileManager.default.fileExists(atPath: resolved) ? "cannot be read" : "does not exist (\(resolved))"
-                error(keyPath(), element: file, "CRL file \"\(file)\" \(why)")
-                failed = true
-                continue
-            }
             do {
-                result += try RevocationList.parseAll(Array(data))
+                result += try RevocationList.parseAll(FilePathBytes(resolved).read())
+            } catch let error as FileReadError where error == .missing {
+                self.error(keyPath(), element: file, "CRL file \"\(file)\" does not exist (\(resolved))")
+                failed = true
             } catch {
-                self.error(keyPath(), element: file, "CRL file \"\(file)\" holds no PEM or DER CRL")
+                self.error(keyPath(), element: file, "CRL file \"\(file)\" \(error)")
                 failed = true
             }
         }

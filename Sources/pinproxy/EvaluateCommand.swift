@@ -49,10 +49,11 @@ struct EvaluateCommand: ParsableCommand {
         let certificates = try Self.readCertificates(chain)
         var stapleBytes: [UInt8]?
         if let staple {
-            guard let data = FileManager.default.contents(atPath: staple) else {
-                throw ValidationError("--staple \(staple): cannot read the file")
+            do {
+                stapleBytes = try FilePathBytes.commandLineArgument(staple).read()
+            } catch {
+                throw ValidationError("--staple \(staple): the file \(error)")
             }
-            stapleBytes = Array(data)
         }
 
         let entry = loaded.policies.lookup(target)
@@ -64,13 +65,16 @@ struct EvaluateCommand: ParsableCommand {
     }
 
     static func readCertificates(_ path: String) throws -> [Certificate] {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ValidationError("--chain \(path): cannot read the file")
+        let bytes: [UInt8]
+        do {
+            bytes = try FilePathBytes.commandLineArgument(path).read()
+        } catch {
+            throw ValidationError("--chain \(path): the file \(error)")
         }
         do {
-            return try Certificate.parseAll(Array(data))
+            return try Certificate.parseAll(bytes)
         } catch {
-            throw ValidationError("--chain \(path): no PEM or DER certificate")
+            throw ValidationError("--chain \(path) \(error)")
         }
     }
 

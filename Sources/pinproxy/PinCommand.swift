@@ -29,20 +29,25 @@ struct PinCommand: ParsableCommand {
         if let connect { return try runConnect(connect) }
         var failed = false
         for file in files {
-            guard let data = FileManager.default.contents(atPath: file) else {
-                printError("\(file): cannot read the file")
+            // The name as given, even when its bytes are not UTF-8.
+            let path = FilePathBytes.commandLineArgument(file)
+            let bytes: [UInt8]
+            do {
+                bytes = try path.read()
+            } catch {
+                printError("\(path): the file \(error)")
                 failed = true
                 continue
             }
             do {
-                let certificates = try Certificate.parseAll(Array(data))
+                let certificates = try Certificate.parseAll(bytes)
                 for (index, certificate) in certificates.enumerated() {
-                    print("\(file) [\(index)]")
+                    print("\(path) [\(index)]")
                     Self.printCertificate(certificate)
                     print("")
                 }
             } catch {
-                printError("\(file): no PEM or DER certificate: \(error)")
+                printError("\(path) \(error)")
                 failed = true
             }
         }

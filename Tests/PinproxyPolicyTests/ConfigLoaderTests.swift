@@ -432,9 +432,64 @@ final class ConfigLoaderTests: XCTestCase {
             XCTAssertEqual(error.diagnostics.map(\.description), [
                 #"w.toml:2: anchor "garbage.pem" holds no PEM or DER certificate"#,
                 #"w.toml:4: anchor directory "empty-dir" holds no .pem, .crt, .cer or .der file"#,
-                #"w.toml:8: pinned certificate "api.key" holds no PEM or DER certificate"#,
-                #"w.toml:12: CRL file "api.pem" holds no PEM or DER CRL"#,
+                #"w.toml:8: pinned certificate "api.key" holds a PRIVATE KEY block (block 1, line 1) where only CERTIFICATE blocks belong"#,
+                #"w.toml:12: CRL file "api.pem" holds a CERTIFICATE block (block 1, line 1) where only X509 CRL blocks belong"#,
             ])
+        }
+    }
+
+    /// A bundle is read whole or not at all: a junk block between certificates, a block of
+    /// another type, bytes after a DER certificate or CRL are errors naming the file and the
+    /// block, never a bundle silently cut short.
+    func testNothingInACertificateOrCRLFileIsSkipped() throws {
+        let workspace = try Workspace(pki)
+        let api = String(decoding: try pki.bytes("api.pem"), as: UTF8.self)
+        let intA = String(decoding: try pki.bytes("int-a.pem"), as: UTF8.self)
+        let newKey = String(decoding: try pki.bytes("api-newkey.pem"), as: UTF8.self)
+        let junk = "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n"
+        let apiLines = api.split(separator: "\n").count
+        try workspace.write("junk-bundle.pem", api + "# explanatory text is fine\n" + junk + newKey)
+        try workspace.write("short-der.der", try pki.bytes("api.der") + [0x00])
+        try workspace.write("key-bundle.pem", api + String(decoding: try pki.bytes("api.key"), as: UTF8.self))
+        try workspace.write("crl-trailing.der", try pki.bytes("crl-int-a.der") + [0x30, 0x00])
+        try workspace.write("ok-bundle.pem", "subject=CN=api.test\n" + api + "\n" + intA)
+        let text = """
+            [hosts."api.test"]
+            trust = ["root-a.pem"]
+            pin = "public-key"
+            certificates = ["junk-bundle.pem"]
+            [hosts."b.test"]
+            trust = ["root-a.pem"]
+            pin = "public-key"
+            certificates = ["short-der.der"]
+            [hosts."c.test"]
+            trust = ["key-bundle.pem"]
+            [hosts."d.test"]
+            trust = ["root-a.pem"]
+            revocation = "crl"
+            crls = ["crl-trailing.der"]
+            """
+        do {
+            _ = try ConfigLoader.load(text: text, path: "w.toml", directory: workspace.directory, now: evaluationTime)
+            XCTFail("loaded")
+        } catch {
+            let messages = error.diagnostics.map(\.description)
+            XCTAssertEqual(messages.count, 4, "\(messages)")
+            XCTAssertTrue(messages[0].hasPrefix(#"w.toml:4: pinned certificate "junk-bundle.pem" holds a malformed PEM block (block 2, line \#(apiLines + 2))"#), messages[0])
+            XCTAssertEqual(messages[1], #"w.toml:8: pinned certificate "short-der.der" holds no PEM or DER certificate"#)
+            XCTAssertEqual(messages[2], #"w.toml:10: anchor "key-bundle.pem" holds a PRIVATE KEY block (block 2, line \#(apiLines + 1)) where only CERTIFICATE blocks belong"#)
+            XCTAssertEqual(messages[3], #"w.toml:14: CRL file "crl-trailing.der" holds no PEM or DER CRL"#)
+        }
+        // Explanatory text around blocks is not a block: the whole bundle loads.
+        XCTAssertEqual(try Certificate.parseAll(Array(String(decoding: try pki.bytes("api.pem"), as: UTF8.self).utf8) + Array("\n".utf8)
+                                                + Array("subject=CN=x\n".utf8) + pki.bytes("int-a.pem")).count, 2)
+        let bundle = try ConfigLoader.load(text: "[hosts.\"api.test\"]\ntrust = [\"ok-bundle.pem\"]\n", path: "w.toml",
+                                           directory: workspace.directory, now: evaluationTime)
+        guard case .anchors(_, let anchors) = bundle.policies.lookup(TargetHost("api.test")!).policy.trust else { return XCTFail("not anchors") }
+        XCTAssertEqual(anchors.count, 2)
+        // A junk block that a BEGIN line only resembles is still counted, and refused.
+        XCTAssertThrowsError(try Certificate.parseAll(Array((api + "  -----BEGIN CERTIFICATE----\n" + intA).utf8))) { error in
+            XCTAssertTrue("\(error)".hasPrefix("holds a malformed PEM block (block 2"), "\(error)")
         }
     }
 
