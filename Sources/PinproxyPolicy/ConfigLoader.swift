@@ -39,6 +39,11 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
+        // toml++ recurses as deep as the text nests: a deep text must never reach it.
+        if let (line, what) = NestingCheck.firstTooDeep(Array(text.utf8)) {
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error,
+                                                       message: "\(what) nests deeper than \(NestingCheck.limit) levels (tables, dotted key parts, inline tables and arrays count together); no pinproxy config needs more than 3")])
+        }
         // While TOMLKit parses, other cores build the line index, work out what the host keys
         // alone tell, and read the system trust store.
         let indexing = InBackground { () -> (SourceIndex, HostKeys) in

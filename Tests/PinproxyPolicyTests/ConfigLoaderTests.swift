@@ -493,6 +493,37 @@ final class ConfigLoaderTests: XCTestCase {
         }
     }
 
+    /// A text that nests deeper than 16 levels never reaches TOMLKit, whose parser and tree
+    /// recurse as deep as it goes (100,000 levels overflow the stack): the issue's two shapes,
+    /// and deep inline tables and arrays, are errors at their line; strings and comments do not
+    /// count, and 16 levels are allowed.
+    func testNestingDeeperThan16LevelsIsRefusedBeforeParsing() {
+        let message = "nests deeper than 16 levels (tables, dotted key parts, inline tables and arrays count together); no pinproxy config needs more than 3"
+        let deep = [
+            ("[proxy]\n[" + Array(repeating: "a", count: 100_000).joined(separator: ".") + "]\n", 2, "a table header"),
+            ("[[" + Array(repeating: "a", count: 17).joined(separator: " . ") + "]]\n", 1, "a table header"),
+            ("# a comment\n" + Array(repeating: "a", count: 80_000).joined(separator: ".") + " = 1\n", 2, "a key"),
+            ("[a.b.c.d.e.f.g.h]\ni.j.k.l.m.n.o.p.q = 1\n", 2, "a key"),
+            ("x = " + String(repeating: "{ a = ", count: 17) + "1" + String(repeating: " }", count: 17) + "\n", 1, "a key"),
+            ("x = " + String(repeating: "[", count: 17) + "1" + String(repeating: "]", count: 17) + "\n", 1, "an array"),
+            ("s = \"\"\"\n[not.a.header]\n\"\"\"\nt = '''\n'''\n" + Array(repeating: "\"q\"", count: 17).joined(separator: ".") + " = 1\n",
+             6, "a key"),
+        ]
+        for (text, line, what) in deep {
+            XCTAssertEqual(pki.configErrors(text).map(\.description), ["\(pki.configPath):\(line): \(what) \(message)"],
+                           String(text.prefix(80)))
+        }
+        // Sixteen levels, dots inside strings and comments, and floats are not too deep.
+        let sixteen = "[" + Array(repeating: "a", count: 16).joined(separator: ".") + "]\n"
+        XCTAssertEqual(pki.configErrors(sixteen).map(\.description), ["\(pki.configPath):1: unknown key a"])
+        XCTAssertNoThrow(try pki.loadConfig("""
+            [proxy]  # a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r
+            request_timeout = 2.5
+            [hosts."a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.test"]
+            trust = ["root-a.pem"]
+            """))
+    }
+
     /// Relative paths resolve against the config's directory, never the working directory.
     func testRelativePathsResolveAgainstTheConfigDirectory() throws {
         let workspace = try Workspace(pki)

@@ -995,3 +995,17 @@ def test_errors_and_warnings_together_exit_1(ws):
         """)
     assert res.code == 1, res
     assert_diags(res, cfg, tags, ["e"], [], warning=False)
+
+
+@pytest.mark.parametrize("text, line", [
+    pytest.param("[proxy]\n[" + ".".join(["a"] * 100_000) + "]\n", 2, id="table-header-100000-parts"),
+    pytest.param(".".join(["a"] * 80_000) + " = 1\n", 1, id="dotted-key-80000-parts"),
+    pytest.param("[hosts]\n" + ".".join(['"x"'] * 17) + " = 1\n", 2, id="quoted-dotted-key-17-levels"),
+    pytest.param("x = " + "{ a = " * 40 + "1" + " }" * 40 + "\n", 1, id="inline-tables-40-deep"),
+])
+def test_deep_nesting_is_refused_before_parsing(ws, text, line):
+    """Such a file crashed `check` (and a reloading daemon) with a stack overflow in toml++."""
+    cfg = ws.write("deep.toml", text)
+    res = ws.check(cfg)
+    assert res.code == 1, res
+    assert f"{cfg}:{line}: " in res.err and "deeper than 16 levels" in res.err, res

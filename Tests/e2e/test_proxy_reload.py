@@ -165,3 +165,26 @@ def test_sighup_as_soon_as_ready(make_proxy, origins, pki):
         assert line.get("outcome") == "ok", line.raw
         p.assert_alive("after a SIGHUP sent right at readiness")
         p.stop()
+
+
+DEEP = {
+    # The issue's two shapes: one table header of 100,000 parts, one dotted key of 80,000.
+    "header": lambda: "[" + ".".join(["a"] * 100_000) + "]\n",
+    "dotted-key": lambda: ".".join(["a"] * 80_000) + " = 1\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(DEEP))
+def test_reload_with_a_deeply_nested_config_keeps_the_daemon_and_its_policy(make_proxy, origins, pki, shape):
+    """toml++ recurses as deep as a config nests: such a file killed the daemon on SIGHUP. It is
+    now refused before parsing, with its line, and the old policy keeps serving."""
+    p = start(make_proxy, origins, pki, **{API: pinned_entry(pki, "api", "int-a")})
+    assert_allowed(p, origins)
+    good = p.config_text
+    p.write_config(good + DEEP[shape]())
+    line = p.reload()
+    assert line.get("outcome") == "failed", line.raw
+    bad_line = len(good.splitlines()) + 1
+    assert f"{p.config_path}:{bad_line}: " in line.get("error", "") and "deeper than 16 levels" in line.get("error", ""), line.raw
+    p.assert_alive("after reloading a deeply nested config")
+    assert_allowed(p, origins)
