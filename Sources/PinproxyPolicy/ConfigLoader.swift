@@ -588,7 +588,11 @@ private struct Loader {
                         error(keyPath, "\(Self.display(keyPath)) = \"\(word)\" is not \"system\", \"pinned\", \"none\" or a list of certificate files")
                     }
                 } else if value.array != nil {
-                    if let files = strings(value, keyPath, allowEmpty: false) { trustFiles = files; trustWord = "list" }
+                    // "system" in the list: the OS store plus the listed files.
+                    if let files = strings(value, keyPath, allowEmpty: false) {
+                        trustFiles = files.filter { $0 != "system" }
+                        trustWord = trustFiles!.isEmpty ? "system" : files.contains("system") ? "system+list" : "list"
+                    }
                 } else {
                     typeError(keyPath, value, expected: "\"system\", \"pinned\", \"none\" or an array of certificate files")
                 }
@@ -715,16 +719,21 @@ private struct Loader {
             if let store = system(entryPath) { policy.trust = .system(store) }
         case "pinned":
             anchors = pinned
-        case "list":
+        case "list", "system+list":
             anchors = certificates(trustFiles ?? [], entryPath + ["trust"], what: "anchor") ?? []
         default:
             policy.trust = .none
         }
         guard errors.count == errorsBefore else { return nil }
-        if trustWord == "pinned" || trustWord == "list" {
+        if trustWord == "pinned" || trustWord == "list" || trustWord == "system+list" {
             do {
-                let store = try TrustStore(anchors: anchors)
-                policy.trust = trustWord == "pinned" ? .pinned(store) : .anchors(store, anchors)
+                switch trustWord {
+                case "pinned": policy.trust = .pinned(try TrustStore(anchors: anchors))
+                case "list": policy.trust = .anchors(try TrustStore(anchors: anchors), anchors)
+                default:
+                    guard let system = system(entryPath) else { return nil }
+                    policy.trust = .systemAndListed(try system.adding(anchors), anchors)
+                }
             } catch {
                 self.error(entryPath + ["trust"], "\(name): cannot build the trust store: \(error)")
                 return nil

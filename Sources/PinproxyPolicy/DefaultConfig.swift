@@ -64,7 +64,8 @@ trust = "system"
 #                    are the only anchors; a pinned leaf or intermediate may be the anchor)
 #                    | "none" (the chain is not verified; pins required, only the leaf may match)
 #                    | ["anchors/", "root.pem"] (files or directories; every listed certificate
-#                    is an anchor, self-signed or not)
+#                    is an anchor, self-signed or not) | ["system", "corp-root.pem"] (the OS
+#                    store plus the listed certificates)
 # validate_host      true (default): the CONNECT host must match the leaf's subjectAltName
 #                    (DNS, or IP for IP literals; no CN fallback). false requires pins.
 # pin                "none" (default) | "public-key" | "certificate"

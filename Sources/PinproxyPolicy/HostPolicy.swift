@@ -23,13 +23,15 @@ public struct HostPolicy: Sendable {
         case pinned(TrustStore)
         /// Listed certificate files; every listed certificate is an anchor.
         case anchors(TrustStore, [Certificate])
+        /// `["system", FILE…]`: the operating system's store plus the listed certificates.
+        case systemAndListed(TrustStore, [Certificate])
         /// The chain is not verified: pins alone protect the entry.
         case none
 
         /// The store chains are verified to; nil under `trust = "none"`.
         public var store: TrustStore? {
             switch self {
-            case .system(let store), .pinned(let store), .anchors(let store, _): return store
+            case .system(let store), .pinned(let store), .anchors(let store, _), .systemAndListed(let store, _): return store
             case .none: return nil
             }
         }
@@ -40,6 +42,7 @@ public struct HostPolicy: Sendable {
             case .system: return "system"
             case .pinned: return "pinned"
             case .anchors(_, let certificates): return "\(certificates.count) listed anchor(s)"
+            case .systemAndListed(_, let certificates): return "system + \(certificates.count) listed anchor(s)"
             case .none: return "none"
             }
         }
@@ -145,7 +148,8 @@ extension HostPolicy.Settings {
                                minTLS.rawValue, revocation.name]
         switch trust {
         case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
-        case .anchors(_, let certificates): parts.append(certificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
+        case .anchors(_, let certificates), .systemAndListed(_, let certificates):
+            parts.append(certificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
         case .system, .none: break
         }
         return Pin(digest: SHA256.hash(Array(parts.joined(separator: "|").utf8))).description

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PinproxyInterop
 import PinproxyPolicy
 
 /// `pinproxy check`: runs the daemon's loader on a config and prints a one-screen summary.
@@ -25,6 +26,8 @@ struct CheckCommand: ParsableCommand {
         print("listen: \(config.proxy.listen.map(\.description).joined(separator: ", "))  allow_ports: \(config.proxy.allowPorts.sorted().map(String.init).joined(separator: ", "))  block_private_destinations: \(config.proxy.blockPrivateDestinations)")
         print("resolve: \(config.resolve.count) name(s)")
         print("default: \(Self.describe(config.policies.defaultEntry.policy))")
+        print("anchors:")
+        for line in Self.anchorUse([config.policies.defaultEntry] + entries) { print("  \(line)") }
         print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned.count) pinned with \(pinned.reduce(0) { $0 + $1.policy.pins.count }) pins, \(count(.deny)) denied, \(count(.allowInsecure)) allow-insecure, \(entries.filter { !$0.policy.enforce }.count) report-only")
         for entry in entries.prefix(Self.listedEntries) {
             let pattern = entry.pattern?.description ?? "default"
@@ -38,10 +41,46 @@ struct CheckCommand: ParsableCommand {
         Foundation.exit(0)
     }
 
+    /// The anchors a trust setting verifies to: `system`, `system + CN=Corp Root`, `CN=Root A`.
+    static func anchors(_ trust: HostPolicy.Trust) -> String {
+        func subjects(_ certificates: [Certificate]) -> String {
+            let shown = certificates.prefix(3).map(\.subject).joined(separator: "; ")
+            return certificates.count > 3 ? shown + "; and \(certificates.count - 3) more" : shown
+        }
+        switch trust {
+        case .system: return "system"
+        case .systemAndListed(_, let listed): return "system + " + subjects(listed)
+        case .anchors(_, let listed): return subjects(listed)
+        case .pinned: return "pinned"
+        case .none: return "none"
+        }
+    }
+
+    /// Which entries verify to which anchors, one line per set of anchors in order of first use:
+    /// `system: default and 3 entries`, `system + CN=Corp Root: 2 entries`. Entries that never
+    /// verify a chain are left out.
+    static func anchorUse(_ entries: [PolicyEntry]) -> [String] {
+        var order: [String] = []
+        var users: [String: (includesDefault: Bool, count: Int)] = [:]
+        for entry in entries where entry.policy.action == .verify {
+            let key = anchors(entry.policy.trust)
+            if users[key] == nil { order.append(key) }
+            var use = users[key] ?? (false, 0)
+            if entry.pattern == nil { use.includesDefault = true } else { use.count += 1 }
+            users[key] = use
+        }
+        if order.isEmpty { return ["none used"] }
+        return order.map { key in
+            let use = users[key]!
+            let count = use.count == 0 ? nil : "\(use.count) entr\(use.count == 1 ? "y" : "ies")"
+            return "\(key): " + [use.includesDefault ? "default" : nil, count].compactMap { $0 }.joined(separator: " and ")
+        }
+    }
+
     static func describe(_ policy: HostPolicy) -> String {
         var parts = [policy.action.rawValue]
         if policy.action == .verify {
-            parts.append("trust \(policy.trust.name)")
+            parts.append("trust \(anchors(policy.trust))")
             if policy.pinKind != .none { parts.append("\(policy.pinKind.rawValue) pins: \(policy.pins.count)") }
             if !policy.validateHost { parts.append("host not validated") }
             if policy.revocation.name != "off" { parts.append("revocation \(policy.revocation.name)") }

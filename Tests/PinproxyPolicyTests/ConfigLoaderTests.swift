@@ -524,6 +524,25 @@ final class ConfigLoaderTests: XCTestCase {
             """))
     }
 
+    /// `trust = ["system", FILE]`: the system store plus the listed anchors; "system" alone in a
+    /// list is the system store.
+    func testTrustSystemPlusListedAnchors() throws {
+        let config = try pki.loadConfig("""
+            [hosts."a.test"]
+            trust = ["system", "root-a.pem", "anchors"]
+            [hosts."b.test"]
+            trust = ["system"]
+            """)
+        guard case .systemAndListed(_, let listed) = config.policies.lookup(TargetHost("a.test")!).policy.trust else {
+            return XCTFail("not system + listed")
+        }
+        XCTAssertEqual(listed, [try pki.certificate("root-a.pem"), try pki.certificate("root-a.pem")])
+        guard case .system = config.policies.lookup(TargetHost("b.test")!).policy.trust else { return XCTFail("not system") }
+        // The listed root verifies on top of whatever the system store holds.
+        let verdict = try pki.evaluate(config: "[default]\ntrust = [\"system\", \"root-a.pem\"]\n", host: "api.test", chain: "api-chain.pem")
+        XCTAssertEqual(verdict.summary, "allow")
+    }
+
     /// Relative paths resolve against the config's directory, never the working directory.
     func testRelativePathsResolveAgainstTheConfigDirectory() throws {
         let workspace = try Workspace(pki)
