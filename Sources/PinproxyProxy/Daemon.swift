@@ -67,6 +67,9 @@ public final class Daemon {
                 !shared.draining.load(ordering: .relaxed) && workers.allSatisfy { $0.isAlive(within: Self.stuckAfter) }
             }))
         }
+        for warning in localCA.warnings {
+            log.emit(.warning, "local-ca", [(.detail, warning)])
+        }
         for warning in config.warnings {
             log.emit(.warning, "config-warning", [(.config, config.path), (.warning, warning.description)])
         }
