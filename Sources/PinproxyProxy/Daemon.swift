@@ -53,12 +53,17 @@ public final class Daemon {
         let inherited = try InheritedSockets.take()
         defer { inherited.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
+        // Before binding (no client is ever queued on a socket about to close), and after, for
+        // a daemon that started at the same moment.
+        if inherited.isEmpty { try Self.refuseSharedListeners(config.proxy.listen, ours: []) }
         for _ in 0..<count {
             let worker = Worker(shared: shared)
             if inherited.isEmpty { try worker.listen(on: config.proxy.listen) } else { try worker.listen(onInherited: inherited) }
             workers.append(worker)
         }
-        if !inherited.isEmpty {
+        if inherited.isEmpty {
+            try Self.refuseSharedListeners(config.proxy.listen, ours: Set(workers.flatMap(\.listenerInodes)))
+        } else {
             log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
         }
         metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
@@ -75,6 +80,18 @@ public final class Daemon {
         }
         log.emit(.info, "started", [(.config, config.path), (.entries, String(config.policies.entries.count)),
                                     (.detail, "\(count) worker(s), CA \(localCA.certificatePath)")])
+    }
+
+    /// The workers bind with SO_REUSEPORT, which lets another process of the same user (a
+    /// second pinproxy, say) listen on the same address; the kernel would then split clients
+    /// between two policies. Such a listener stops the start.
+    private static func refuseSharedListeners(_ addresses: [ListenAddress], ours: Set<UInt64>) throws {
+        for address in addresses {
+            let socketAddress = SocketAddress(address: address.address, port: address.port)
+            if !ListeningSockets.inodes(overlapping: socketAddress).isSubset(of: ours) {
+                throw ListenerError(message: "another process already listens on \(socketAddress): with both listening, clients would be split between them. Stop it (another pinproxy?) or choose another proxy.listen")
+            }
+        }
     }
 
     /// Runs until a stop signal has drained the tunnels; returns the exit status.

@@ -107,6 +107,9 @@ final class Worker: @unchecked Sendable {
     /// Where the listeners are bound.
     var boundAddresses: [SocketAddress] { listeners.compactMap(\.localAddress) }
 
+    /// The inodes of this worker's listening sockets.
+    var listenerInodes: [UInt64] { listeners.compactMap(\.socketInode) }
+
     /// Runs the loop on a new thread.
     func start(name: String) {
         let thread = Thread { [loop, finished] in
