@@ -30,7 +30,9 @@ public final class Daemon {
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
         let metrics = ProxyMetrics()
         let openFileLimit = ProcessLimits.raiseOpenFileLimit()
-        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics, openFileLimit: openFileLimit)
+        let adminConnections = config.proxy.metricsListen == nil ? 0 : AdminHTTPServer.defaultMaxConnections
+        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics,
+                                 openFileLimit: openFileLimit, adminConnections: adminConnections)
         if config.proxy.maxConnections > shared.descriptorCeiling {
             log.emit(.warning, "connection-limit", [(.detail, "the open-file limit (\(openFileLimit)) allows \(shared.descriptorCeiling) connections, fewer than max_connections = \(config.proxy.maxConnections): raise LimitNOFILE / ulimit -n")])
         }
@@ -68,9 +70,14 @@ public final class Daemon {
         }
         metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
         if let metricsListen = config.proxy.metricsListen {
-            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: metrics.adminRoutes(healthy: { [shared, workers] in
+            let routes = metrics.adminRoutes(healthy: { [shared, workers] in
                 !shared.draining.load(ordering: .relaxed) && workers.allSatisfy { $0.isAlive(within: Self.stuckAfter) }
-            }))
+            })
+            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: routes,
+                                              requestTimeout: config.proxy.adminTimeout, maxConnections: adminConnections) { [log] reason in
+                log.emit(.error, "accept-failed", [(.address, metricsListen.description),
+                                                   (.detail, "\(reason): accepting pauses for \(formatSeconds(Listener.pauseAfterError))")])
+            }
         }
         for warning in localCA.warnings {
             log.emit(.warning, "local-ca", [(.detail, warning)])
