@@ -1,6 +1,7 @@
 import Glibc
 import Foundation
 import CLibevent
+import Synchronization
 
 /// What an admin route answers.
 public struct AdminHTTPResponse: Sendable, Equatable {
@@ -52,10 +53,21 @@ public enum AdminHTTPServerError: Error, Equatable, Sendable, CustomStringConver
 /// handler; other methods get 405, unknown paths 404. Responses carry `Content-Type`,
 /// `Content-Length` (libevent) and `Cache-Control: no-store`.
 ///
+/// Limits: evhttp's own timeout restarts on every byte read, so a client dripping a header
+/// byte at a time could hold a connection for ever. Each connection therefore also has a
+/// total deadline, `requestTimeout` from its accept or from the last answer it got, when it
+/// is shut down whatever it is doing. At most `maxConnections` are open at once: at the limit,
+/// accepting stops (further clients wait in the kernel's backlog) until one closes. An accept
+/// error (out of descriptors, say) pauses accepting for `Listener.pauseAfterError` and is
+/// reported once per pause through `onAcceptError`, instead of libevent retrying and
+/// logging at once.
+///
 /// Ownership: the server owns its `evhttp` and frees it exactly once, in `deinit`, which also
-/// closes the listening socket and open admin connections. The routing table is handed to
-/// libevent as an `Unmanaged` context pointer retained once at `init` and released once in
-/// `deinit`, after `evhttp_free` guarantees no callback can use it any more.
+/// closes the listening socket and open admin connections. The routing table and the
+/// connection gate are handed to libevent as `Unmanaged` context pointers retained once at
+/// `init` and released once in `deinit`, after `evhttp_free` guarantees no server callback can
+/// use them any more. The gate holds a reference to each connection's bufferevent until
+/// evhttp has freed it (see `Gate`).
 ///
 /// Threading: libevent calls handlers on the thread running the base. Create the server before
 /// or on that thread, and release it on that thread or after the loop has stopped; the loop
@@ -65,10 +77,15 @@ public final class AdminHTTPServer: @unchecked Sendable {
     private let http: OpaquePointer
     /// The retained routing table passed to libevent as callback context.
     private let router: Unmanaged<Router>
+    /// The retained connection gate passed to libevent as callback context.
+    private let gate: Unmanaged<Gate>
     /// The address the server listens on.
     public let host: String
     /// The port it listens on: the one asked for, or the kernel's choice for port 0.
     public let boundPort: UInt16
+
+    /// Admin connections open at most, by default.
+    public static let defaultMaxConnections = 16
 
     /// Starts listening on `host:port` (an IP literal without brackets: `127.0.0.1`, `::1`;
     /// port 0 picks a free port, see `boundPort`) on `loop`. Requests are served once the
@@ -78,7 +95,9 @@ public final class AdminHTTPServer: @unchecked Sendable {
         host: String,
         port: UInt16,
         routes: [String: AdminHTTPHandler],
-        timeoutSeconds: Int32 = 10
+        requestTimeout: TimeInterval = 10,
+        maxConnections: Int = AdminHTTPServer.defaultMaxConnections,
+        onAcceptError: ((String) -> Void)? = nil
     ) throws(AdminHTTPServerError) {
         guard let address = IPAddress(host), !host.hasPrefix("[") else { throw .notAnIPAddress(host) }
         guard let http = evhttp_new(loop.base) else { throw .createFailed }
@@ -94,21 +113,38 @@ public final class AdminHTTPServer: @unchecked Sendable {
         self.boundPort = Self.localPort(of: fd) ?? port
 
         // Admin requests are tiny: refuse anything large, cut idle connections.
-        evhttp_set_timeout(http, timeoutSeconds)
+        var idle = timeval(requestTimeout)
+        evhttp_set_timeout_tv(http, &idle)
         evhttp_set_max_headers_size(http, 8 * 1024)
         evhttp_set_max_body_size(http, 1024)
 
         router = Unmanaged.passRetained(Router(routes: routes))
+        gate = Unmanaged.passRetained(Gate(loop: loop, listener: evhttp_bound_socket_get_listener(bound),
+                                           deadline: requestTimeout, maxConnections: max(1, maxConnections),
+                                           onAcceptError: onAcceptError))
+        let gate = self.gate
+        router.takeUnretainedValue().answered = { request in gate.takeUnretainedValue().answered(request) }
         evhttp_set_gencb(http, { request, context in
             guard let request, let context else { return }
             Unmanaged<Router>.fromOpaque(context).takeUnretainedValue().handle(request)
         }, router.toOpaque())
+        evhttp_set_bevcb(http, { base, context in
+            guard let base, let context else { return nil }
+            return Unmanaged<Gate>.fromOpaque(context).takeUnretainedValue().open(on: base)
+        }, gate.toOpaque())
+        gate.takeUnretainedValue().watchAcceptErrors()
     }
 
     deinit {
+        gate.takeUnretainedValue().serverFreed()
         evhttp_free(http)
+        gate.takeUnretainedValue().releaseAll()
         router.release()
+        gate.release()
     }
+
+    /// Admin connections open now.
+    public var openConnections: Int { gate.takeUnretainedValue().connections.count }
 
     /// The local port of a bound socket.
     private static func localPort(of fd: Int32) -> UInt16? {
@@ -131,6 +167,8 @@ public final class AdminHTTPServer: @unchecked Sendable {
     /// The routing table and the request handling, reached from the C callback.
     private final class Router {
         let routes: [String: AdminHTTPHandler]
+        /// Told of each request once its answer is queued.
+        var answered: ((OpaquePointer) -> Void)?
 
         init(routes: [String: AdminHTTPHandler]) {
             self.routes = routes
@@ -153,6 +191,7 @@ public final class AdminHTTPServer: @unchecked Sendable {
             } else {
                 response = AdminHTTPResponse(status: 404, contentType: "text/plain; charset=utf-8", body: "not found\n")
             }
+            answered?(request)
             send(response, allow: allow, headOnly: isHead, to: request)
         }
 
@@ -195,6 +234,170 @@ public final class AdminHTTPServer: @unchecked Sendable {
             case 503: return "Service Unavailable"
             default: return "Status"
             }
+        }
+    }
+}
+
+extension AdminHTTPServer {
+    /// Counts the admin connections and gives each its deadline; stops and resumes accepting.
+    ///
+    /// evhttp asks `open(on:)` for each accepted connection's bufferevent. The gate makes it,
+    /// and keeps one reference to it of its own: when evhttp frees the connection, the
+    /// bufferevent (and so the descriptor, which it closes once freed) stays until the gate lets
+    /// go. Until then the descriptor is this connection's, so the deadline can safely shut it
+    /// down. evhttp's freeing clears the bufferevent's callbacks; a sweep while connections are
+    /// open notices that within `sweepInterval`, drops the reference and counts the
+    /// connection closed.
+    fileprivate final class Gate {
+        let loop: EventLoop
+        let deadline: TimeInterval
+        let maxConnections: Int
+        let onAcceptError: ((String) -> Void)?
+        /// evhttp's listener; nil once the server is gone.
+        private var listener: OpaquePointer?
+        /// Open connections by their bufferevent.
+        private(set) var connections: [OpaquePointer: Connection] = [:]
+        private var pause: Timer?
+        private var sweep: Timer?
+
+        /// How soon a connection evhttp has freed is counted closed (and its descriptor closed).
+        static let sweepInterval: TimeInterval = 0.05
+
+        init(loop: EventLoop, listener: OpaquePointer?, deadline: TimeInterval, maxConnections: Int, onAcceptError: ((String) -> Void)?) {
+            self.loop = loop
+            self.listener = listener
+            self.deadline = deadline
+            self.maxConnections = maxConnections
+            self.onAcceptError = onAcceptError
+        }
+
+        /// The bufferevent for a connection evhttp has just accepted.
+        func open(on base: OpaquePointer) -> OpaquePointer? {
+            guard let socket = bufferevent_socket_new(base, -1, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else { return nil }
+            bufferevent_incref(socket)
+            let connection = Connection(socket: socket)
+            connections[socket] = connection
+            restartDeadline(of: connection)
+            if sweep == nil {
+                sweep = Timer(loop: loop, after: Self.sweepInterval, repeats: true) { [unowned self] in self.collectFreed() }
+            }
+            updateListener()
+            return socket
+        }
+
+        /// A request on one of the connections has been answered: its next request gets a
+        /// deadline of its own.
+        func answered(_ request: OpaquePointer) {
+            guard let connection = evhttp_request_get_connection(request),
+                  let socket = evhttp_connection_get_bufferevent(connection),
+                  let open = connections[socket] else { return }
+            restartDeadline(of: open)
+        }
+
+        private func restartDeadline(of connection: Connection) {
+            connection.deadline = Timer(loop: loop, after: deadline) { [weak connection] in
+                connection?.shutDown()
+            }
+        }
+
+        /// Lets go of the connections evhttp has freed.
+        private func collectFreed() {
+            for (socket, connection) in connections where connection.isFreedByEvhttp {
+                connection.release()
+                connections.removeValue(forKey: socket)
+            }
+            if connections.isEmpty { sweep = nil }
+            updateListener()
+        }
+
+        /// Routes the listener's accept errors here (they would otherwise be logged by
+        /// libevent on every retry).
+        func watchAcceptErrors() {
+            guard let listener else { return }
+            let gate = UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque())
+            Self.byListener.withLock { $0[UInt(bitPattern: listener)] = gate }
+            evconnlistener_set_error_cb(listener) { listener, _ in
+                let code = errno
+                guard let listener, let address = Gate.byListener.withLock({ $0[UInt(bitPattern: listener)] }),
+                      let pointer = UnsafeRawPointer(bitPattern: address) else { return }
+                Unmanaged<Gate>.fromOpaque(pointer).takeUnretainedValue().acceptFailed(String(cString: strerror(code)))
+            }
+        }
+
+        /// Gates (their addresses) by listener, for the error callback, whose context pointer
+        /// is evhttp's. A gate is listed from `watchAcceptErrors` to `serverFreed`, while its
+        /// server, which retains it, lives.
+        private static let byListener = Mutex<[UInt: UInt]>([:])
+
+        private func acceptFailed(_ reason: String) {
+            guard pause == nil else { return }
+            pause = Timer(loop: loop, after: Listener.pauseAfterError) { [weak self] in
+                self?.pause = nil
+                self?.updateListener()
+            }
+            updateListener()
+            onAcceptError?(reason)
+        }
+
+        /// Accepts while no pause runs and connections are below the limit.
+        private func updateListener() {
+            guard let listener else { return }
+            if pause == nil && connections.count < maxConnections {
+                evconnlistener_enable(listener)
+            } else {
+                evconnlistener_disable(listener)
+            }
+        }
+
+        /// The server is about to free evhttp (and the listener and connections with it); the
+        /// connections' bufferevents are let go of afterwards.
+        func serverFreed() {
+            if let listener { _ = Self.byListener.withLock { $0.removeValue(forKey: UInt(bitPattern: listener)) } }
+            listener = nil
+            pause = nil
+            sweep = nil
+        }
+
+        /// After `evhttp_free`: every connection is freed by evhttp now.
+        func releaseAll() {
+            for connection in connections.values { connection.release() }
+            connections.removeAll()
+        }
+    }
+
+    /// One admin connection: its bufferevent, with the gate's reference to it, and its deadline.
+    fileprivate final class Connection {
+        let socket: OpaquePointer
+        var deadline: Timer?
+        private var released = false
+
+        init(socket: OpaquePointer) {
+            self.socket = socket
+        }
+
+        /// evhttp's `bufferevent_free` (or reset) clears the callbacks; evhttp sets an event
+        /// callback on every connection it keeps.
+        var isFreedByEvhttp: Bool {
+            var eventCallback: bufferevent_event_cb?
+            bufferevent_getcb(socket, nil, nil, &eventCallback, nil)
+            return eventCallback == nil
+        }
+
+        /// The deadline passed: evhttp reads end-of-file (or fails to write) and frees the
+        /// connection. The descriptor is still this connection's: the gate's reference keeps
+        /// the bufferevent, which closes it, alive.
+        func shutDown() {
+            deadline = nil
+            let fd = bufferevent_getfd(socket)
+            if fd >= 0 { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+        }
+
+        /// Drops the gate's reference: the bufferevent is freed and closes the descriptor.
+        func release() {
+            deadline = nil
+            guard !released else { return }
+            released = true
+            bufferevent_decref(socket)
         }
     }
 }

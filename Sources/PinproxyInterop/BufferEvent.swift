@@ -321,6 +321,7 @@ public final class BufferEvent {
             while true {
                 let code = bufferevent_get_openssl_error(handle)
                 if code == 0 { break }
+                guard isOpenSSLErrorCode(code) else { continue }
                 if pp_is_protocol_version_error(code) == 1 { versionMismatch = true }
                 var buffer = [CChar](repeating: 0, count: 256)
                 ERR_error_string_n(code, &buffer, buffer.count)

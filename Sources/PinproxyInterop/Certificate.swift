@@ -99,6 +99,13 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
         return String(cString: hex)
     }
 
+    /// Whether the certificate carries an extendedKeyUsage extension that includes serverAuth
+    /// (false without the extension, which allows every usage).
+    public var extendedKeyUsageIncludesServerAuth: Bool {
+        let usages = X509_get_extended_key_usage(handle)  // UINT32_MAX without the extension
+        return usages != UInt32.max && usages & UInt32(XKU_SSL_SERVER) != 0
+    }
+
     /// subjectAltName entries of type DNS and IP, as `DNS:name` and `IP:address`.
     public var subjectAlternativeNames: [String] {
         guard let raw = X509_get_ext_d2i(handle, NID_subject_alt_name, nil, nil) else { return [] }

@@ -12,10 +12,15 @@ public enum ChainFetcher {
         public let chain: [Certificate]
         /// The negotiated protocol, e.g. `TLSv1.3`.
         public let protocolVersion: String
+        /// Why the handshake did not complete, when the server sent its certificates and then
+        /// stalled or failed (the chain is then what arrived, and the server has not proven
+        /// it holds the leaf's key); nil after a complete handshake.
+        public let incompleteHandshake: String?
     }
 
     /// Connects to `host`:`port` (each resolved address in turn), sends SNI = `serverName` when
-    /// given, completes a handshake without verifying, and returns the presented chain.
+    /// given, completes a handshake without verifying, and returns the presented chain; if
+    /// the handshake fails after the certificates arrived, returns them with the failure.
     public static func fetch(host: String, port: UInt16, serverName: String?, timeout: TimeInterval) throws -> Result {
         let socket = try connect(host: host, port: port, timeout: timeout)
         defer { close(socket) }
@@ -26,16 +31,34 @@ public enum ChainFetcher {
         defer { SSL_free(ssl) }
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         SSL_set_fd(ssl, socket)
-        guard SSL_connect(ssl) == 1 else { throw OpenSSLError.drain("TLS handshake with \(host):\(port) failed") }
+        errno = 0
+        guard SSL_connect(ssl) == 1 else {
+            let code = errno
+            var failure = OpenSSLError.drain("TLS handshake with \(host):\(port) failed")
+            if code == EAGAIN || code == EWOULDBLOCK {
+                failure = OpenSSLError(operation: failure.operation, messages: failure.messages + ["no answer within \(Int(timeout)) s"])
+            } else if failure.messages.isEmpty && code != 0 {
+                failure = OpenSSLError(operation: failure.operation, messages: [String(cString: strerror(code))])
+            }
+            let chain = peerChain(ssl)
+            guard !chain.isEmpty else { throw failure }
+            return Result(chain: chain, protocolVersion: String(cString: SSL_get_version(ssl)), incompleteHandshake: failure.description)
+        }
+        let chain = peerChain(ssl)
+        let version = String(cString: SSL_get_version(ssl))
+        _ = SSL_shutdown(ssl)
+        return Result(chain: chain, protocolVersion: version, incompleteHandshake: nil)
+    }
+
+    /// The certificates the server has sent so far, leaf first.
+    private static func peerChain(_ ssl: OpaquePointer) -> [Certificate] {
         var chain: [Certificate] = []
         if let stack = SSL_get_peer_cert_chain(ssl) {
             for index in 0..<pp_sk_X509_num(stack) {
                 if let cert = pp_sk_X509_value(stack, index) { chain.append(Certificate(retaining: cert)) }
             }
         }
-        let version = String(cString: SSL_get_version(ssl))
-        _ = SSL_shutdown(ssl)
-        return Result(chain: chain, protocolVersion: version)
+        return chain
     }
 
     private static func connect(host: String, port: UInt16, timeout: TimeInterval) throws -> Int32 {

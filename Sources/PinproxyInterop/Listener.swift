@@ -87,6 +87,14 @@ public final class Listener {
         }
     }
 
+    /// The inode of the listening socket, as /proc/net/tcp lists it.
+    public var socketInode: UInt64? {
+        guard let handle else { return nil }
+        var info = stat()
+        guard fstat(evconnlistener_get_fd(handle), &info) == 0 else { return nil }
+        return UInt64(info.st_ino)
+    }
+
     /// Stops accepting and closes the socket.
     public func close() {
         pause = nil
@@ -104,10 +112,55 @@ public final class Listener {
 /// A socket that cannot be bound or used for listening.
 public struct ListenerError: Error, CustomStringConvertible {
     public let message: String
+    public init(message: String) { self.message = message }
     public var description: String { message }
 }
 
 /// Closes a socket descriptor that no object owns yet.
 public func closeSocket(_ fd: Int32) {
     _ = Glibc.close(fd)
+}
+
+/// The TCP sockets listening in this network namespace, as /proc/net/tcp and /proc/net/tcp6
+/// list them. SO_REUSEPORT lets another process of the same user bind an address pinproxy
+/// listens on, and the kernel would then split connections between the two: the daemon
+/// looks here for listeners that are not its own.
+public enum ListeningSockets {
+    /// The inodes of the sockets listening on `address`'s port at that address, or at a
+    /// wildcard address that covers it (or, for a wildcard `address`, at any address).
+    public static func inodes(overlapping address: SocketAddress) -> Set<UInt64> {
+        var found = Set<UInt64>()
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ")
+                guard fields.count > 9, fields[3] == "0A",  // TCP_LISTEN
+                      let local = parse(fields[1]), let inode = UInt64(fields[9]),
+                      local.port == address.port else { continue }
+                if local.address == address.address || isWildcard(local.address) || isWildcard(address.address) {
+                    found.insert(inode)
+                }
+            }
+        }
+        return found
+    }
+
+    private static func isWildcard(_ address: IPAddress) -> Bool {
+        address.bytes.allSatisfy { $0 == 0 }
+    }
+
+    /// `0100007F:0C38`: the address as 32-bit words in host byte order, then the port.
+    private static func parse(_ field: Substring) -> SocketAddress? {
+        let parts = field.split(separator: ":")
+        guard parts.count == 2, let port = UInt16(parts[1], radix: 16), parts[0].count == 8 || parts[0].count == 32 else { return nil }
+        var bytes: [UInt8] = []
+        var rest = parts[0]
+        while !rest.isEmpty {
+            guard let word = UInt32(rest.prefix(8), radix: 16) else { return nil }
+            withUnsafeBytes(of: word) { bytes.append(contentsOf: $0) }  // host order, as the kernel printed it
+            rest = rest.dropFirst(8)
+        }
+        guard let ip = IPAddress(bytes: bytes) else { return nil }
+        return SocketAddress(address: ip.unmapped, port: port)
+    }
 }

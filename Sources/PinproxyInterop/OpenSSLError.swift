@@ -33,6 +33,15 @@ func drainErrorQueue() -> [String] {
     return messages
 }
 
+/// Whether `code` is an OpenSSL error code: a system error, or one with a library. libevent's
+/// TLS bufferevent queues the `SSL_get_error` result of a failed call among the real errors
+/// (`SSL_ERROR_SSL` = 1, `SSL_ERROR_SYSCALL` = 5); printed as an error code, that would read
+/// `error:00000001:lib(0)::reason(1)`.
+func isOpenSSLErrorCode(_ code: UInt) -> Bool {
+    let systemFlag: UInt = 0x8000_0000  // ERR_SYSTEM_FLAG
+    return code & systemFlag != 0 || (code >> 23) & 0xFF != 0  // ERR_LIB_OFFSET, ERR_LIB_MASK
+}
+
 /// Serialises an OpenSSL object with its `i2d_*` function.
 func derEncode(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) -> [UInt8] {
     let length = encode(nil)

@@ -51,11 +51,14 @@ public enum CertificateBuilder {
         case ip(IPAddress)
     }
 
-    /// A self-signed CA certificate for `key` (basicConstraints CA:TRUE, pathlen 0).
+    /// A self-signed CA certificate for `key` (basicConstraints CA:TRUE, pathlen 0), limited to
+    /// TLS servers by its extendedKeyUsage: verifiers that apply a CA's EKU to the chain below
+    /// it (OpenSSL, Windows, NSS) then refuse code-signing or e-mail certificates it signed.
     public static func makeCA(commonName: String, key: PrivateKey, notBefore: Date, notAfter: Date) throws -> Certificate {
         try build(commonName: commonName, key: key, notBefore: notBefore, notAfter: notAfter, issuer: nil, issuerKey: key, extensions: [
             (NID_basic_constraints, "critical,CA:TRUE,pathlen:0"),
             (NID_key_usage, "critical,keyCertSign,cRLSign"),
+            (NID_ext_key_usage, "serverAuth"),
             (NID_subject_key_identifier, "hash"),
         ])
     }

@@ -61,6 +61,9 @@ public struct ProxySettings: Sendable {
     public var idleTimeout: TimeInterval = 300
     /// On SIGTERM, how long open tunnels may go on before they are cut.
     public var drainTimeout: TimeInterval = 30
+    /// Each `metrics_listen` request in total, from accept (or the previous answer on the
+    /// connection) to its answer, however slowly the client sends it.
+    public var adminTimeout: TimeInterval = 10
     /// Open client connections at most; further ones are closed at accept.
     public var maxConnections = 10_000
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure).

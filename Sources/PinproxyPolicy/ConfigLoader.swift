@@ -112,7 +112,7 @@ private struct Loader {
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
-                            "relay_buffer_bytes"]
+                            "relay_buffer_bytes", "admin_timeout"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls"]
     static let certificateExtensions: Set<String> = ["pem", "crt", "cer", "der"]
@@ -447,6 +447,8 @@ private struct Loader {
                 if let seconds = seconds(value, keyPath) { proxy.idleTimeout = seconds }
             case "drain_timeout":
                 if let seconds = seconds(value, keyPath) { proxy.drainTimeout = seconds }
+            case "admin_timeout":
+                if let seconds = seconds(value, keyPath) { proxy.adminTimeout = seconds }
             default:
                 unknownKey(keyPath, known: Self.proxyKeys)
             }

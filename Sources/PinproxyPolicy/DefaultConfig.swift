@@ -41,6 +41,7 @@ block_private_destinations = true
 # handshake_timeout = 10     # each TLS handshake (upstream, then client)
 # idle_timeout = 300         # a tunnel with no traffic either way is closed
 # drain_timeout = 30         # on SIGTERM, how long open tunnels may finish
+# admin_timeout = 10         # each metrics_listen request in total, from accept to the answer
 # max_connections = 10000    # open client connections at most
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
 

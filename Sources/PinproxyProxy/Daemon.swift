@@ -30,7 +30,9 @@ public final class Daemon {
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
         let metrics = ProxyMetrics()
         let openFileLimit = ProcessLimits.raiseOpenFileLimit()
-        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics, openFileLimit: openFileLimit)
+        let adminConnections = config.proxy.metricsListen == nil ? 0 : AdminHTTPServer.defaultMaxConnections
+        shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics,
+                                 openFileLimit: openFileLimit, adminConnections: adminConnections)
         if config.proxy.maxConnections > shared.descriptorCeiling {
             log.emit(.warning, "connection-limit", [(.detail, "the open-file limit (\(openFileLimit)) allows \(shared.descriptorCeiling) connections, fewer than max_connections = \(config.proxy.maxConnections): raise LimitNOFILE / ulimit -n")])
         }
@@ -53,25 +55,50 @@ public final class Daemon {
         let inherited = try InheritedSockets.take()
         defer { inherited.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
+        // Before binding (no client is ever queued on a socket about to close), and after, for
+        // a daemon that started at the same moment.
+        if inherited.isEmpty { try Self.refuseSharedListeners(config.proxy.listen, ours: []) }
         for _ in 0..<count {
             let worker = Worker(shared: shared)
             if inherited.isEmpty { try worker.listen(on: config.proxy.listen) } else { try worker.listen(onInherited: inherited) }
             workers.append(worker)
         }
-        if !inherited.isEmpty {
+        if inherited.isEmpty {
+            try Self.refuseSharedListeners(config.proxy.listen, ours: Set(workers.flatMap(\.listenerInodes)))
+        } else {
             log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
         }
         metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
         if let metricsListen = config.proxy.metricsListen {
-            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: metrics.adminRoutes(healthy: { [shared, workers] in
+            let routes = metrics.adminRoutes(healthy: { [shared, workers] in
                 !shared.draining.load(ordering: .relaxed) && workers.allSatisfy { $0.isAlive(within: Self.stuckAfter) }
-            }))
+            })
+            adminServer = try AdminHTTPServer(loop: control, listen: metricsListen, routes: routes,
+                                              requestTimeout: config.proxy.adminTimeout, maxConnections: adminConnections) { [log] reason in
+                log.emit(.error, "accept-failed", [(.address, metricsListen.description),
+                                                   (.detail, "\(reason): accepting pauses for \(formatSeconds(Listener.pauseAfterError))")])
+            }
+        }
+        for warning in localCA.warnings {
+            log.emit(.warning, "local-ca", [(.detail, warning)])
         }
         for warning in config.warnings {
             log.emit(.warning, "config-warning", [(.config, config.path), (.warning, warning.description)])
         }
         log.emit(.info, "started", [(.config, config.path), (.entries, String(config.policies.entries.count)),
                                     (.detail, "\(count) worker(s), CA \(localCA.certificatePath)")])
+    }
+
+    /// The workers bind with SO_REUSEPORT, which lets another process of the same user (a
+    /// second pinproxy, say) listen on the same address; the kernel would then split clients
+    /// between two policies. Such a listener stops the start.
+    private static func refuseSharedListeners(_ addresses: [ListenAddress], ours: Set<UInt64>) throws {
+        for address in addresses {
+            let socketAddress = SocketAddress(address: address.address, port: address.port)
+            if !ListeningSockets.inodes(overlapping: socketAddress).isSubset(of: ours) {
+                throw ListenerError(message: "another process already listens on \(socketAddress): with both listening, clients would be split between them. Stop it (another pinproxy?) or choose another proxy.listen")
+            }
+        }
     }
 
     /// Runs until a stop signal has drained the tunnels; returns the exit status.

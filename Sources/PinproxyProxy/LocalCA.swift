@@ -11,6 +11,8 @@ public final class LocalCA: Sendable {
     public let certificatePath: String
     /// The CA certificate.
     public let certificate: Certificate
+    /// What the operator should know about this CA (one opened without a serverAuth EKU).
+    public let warnings: [String]
     private let key: PrivateKey
     private let minted = Mutex<[TargetHost: MintedLeaf]>([:])
 
@@ -41,13 +43,15 @@ public final class LocalCA: Sendable {
     }
 
     /// Opens the CA in `directory`, creating the directory, key and certificate if absent.
+    /// Refuses a directory owned by another user and a key that others may read or that
+    /// another user owns: whoever can read the key can impersonate every host to clients.
     public static func openOrCreate(directory: String) throws -> LocalCA {
         let manager = FileManager.default
         let certificatePath = directory + "/" + certificateName
         let keyPath = directory + "/" + keyName
-        try manager.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try manager.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
+        try prepareDirectory(directory)
         if manager.fileExists(atPath: keyPath) || manager.fileExists(atPath: certificatePath) {
+            try checkKeyFile(keyPath)
             guard let keyData = manager.contents(atPath: keyPath), let certificateData = manager.contents(atPath: certificatePath) else {
                 throw LocalCAError("the CA in \(directory) is incomplete or unreadable: \(keyName) and \(certificateName) must both be readable")
             }
@@ -55,7 +59,12 @@ public final class LocalCA: Sendable {
             guard let certificate = try Certificate.parseAll(Array(certificateData)).first, key.matches(certificate) else {
                 throw LocalCAError("\(certificatePath) does not match \(keyPath)")
             }
-            return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key)
+            var warnings: [String] = []
+            if !certificate.extendedKeyUsageIncludesServerAuth {
+                // Made by pinproxy before 2026-11, or brought in: kept, since every client trusts it.
+                warnings.append("the local CA \(certificatePath) has no extendedKeyUsage serverAuth, so a stolen CA key could also sign code-signing or e-mail certificates: to get a CA limited to TLS servers, stop pinproxy, delete \(certificateName) and \(keyName) in \(directory), start it again, and have every client trust the new CA")
+            }
+            return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key, warnings: warnings)
         }
         let key = try PrivateKey.generateP256()
         let now = Date()
@@ -66,7 +75,40 @@ public final class LocalCA: Sendable {
         // Written under temporary names inside the 0700 directory, then renamed into place.
         try write(key.pem, to: keyPath, permissions: 0o600)
         try write(certificate.pem, to: certificatePath, permissions: 0o644)
-        return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key)
+        return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key, warnings: [])
+    }
+
+    /// Creates `directory` (0700) if absent; an existing one must belong to the daemon's user,
+    /// and is then made 0700.
+    private static func prepareDirectory(_ directory: String) throws {
+        var info = stat()
+        if stat(directory, &info) != 0 {
+            guard errno == ENOENT else { throw LocalCAError("cannot use ca_dir \(directory): \(String(cString: strerror(errno)))") }
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            guard stat(directory, &info) == 0 else { throw LocalCAError("cannot use ca_dir \(directory): \(String(cString: strerror(errno)))") }
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw LocalCAError("ca_dir \(directory) is not a directory") }
+        let user = geteuid()
+        guard info.st_uid == user else {
+            throw LocalCAError("ca_dir \(directory) belongs to uid \(info.st_uid), not to uid \(user) that pinproxy runs as: its owner could read or replace the CA key. Run `chown -R \(user) \(directory)` if that owner is trusted, or set ca_dir to a new directory (pinproxy creates it)")
+        }
+        if info.st_mode & 0o077 != 0, chmod(directory, 0o700) != 0 {
+            throw LocalCAError("cannot make ca_dir \(directory) mode 0700: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// The key must belong to the daemon's user, and nobody else may read or write it.
+    private static func checkKeyFile(_ path: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return }  // a missing key is reported with the certificate
+        let user = geteuid()
+        guard info.st_uid == user else {
+            throw LocalCAError("\(path) belongs to uid \(info.st_uid), not to uid \(user) that pinproxy runs as: pinproxy did not create it. Delete \(keyName) and \(certificateName) so that pinproxy makes a new CA (clients must then trust the new one), or `chown \(user) \(path)` if you made it yourself")
+        }
+        let mode = info.st_mode & 0o777
+        guard mode & 0o077 == 0 else {
+            throw LocalCAError("\(path) has mode \(String(mode, radix: 8)): others can read or change the CA key, and anyone who read it can impersonate every host to clients that trust this CA. If nobody else copied it, run `chmod 600 \(path)`; otherwise delete \(keyName) and \(certificateName) so that pinproxy makes a new CA, and have every client trust the new one")
+        }
     }
 
     private static func write(_ text: String, to path: String, permissions: Int) throws {
@@ -78,10 +120,11 @@ public final class LocalCA: Sendable {
         try FileManager.default.moveItem(atPath: temporary, toPath: path)
     }
 
-    private init(certificatePath: String, certificate: Certificate, key: PrivateKey) {
+    private init(certificatePath: String, certificate: Certificate, key: PrivateKey, warnings: [String]) {
         self.certificatePath = certificatePath
         self.certificate = certificate
         self.key = key
+        self.warnings = warnings
     }
 
     /// The cached leaf for `host`, minted now if absent or about to expire.

@@ -20,11 +20,15 @@ final class SharedState: Sendable {
     let openTunnels = Atomic<Int>(0)
     /// Set at SIGTERM: /healthz then reports 503.
     let draining = Atomic<Bool>(false)
-    /// Open connections the process's file-descriptor limit allows (two descriptors each).
+    /// Open connections the process's file-descriptor limit allows (two descriptors each),
+    /// once the daemon's own descriptors and the admin connections are set aside.
     let descriptorCeiling: Int
 
-    init(policy: PolicyState, localCA: LocalCA, log: AccessLog, metrics: ProxyMetrics, openFileLimit: Int) throws {
-        descriptorCeiling = max(1, (openFileLimit - 64) / 2)
+    /// Descriptors kept for the daemon itself: loops, listeners, DNS, log, CA files.
+    static let reservedDescriptors = 64
+
+    init(policy: PolicyState, localCA: LocalCA, log: AccessLog, metrics: ProxyMetrics, openFileLimit: Int, adminConnections: Int) throws {
+        descriptorCeiling = max(1, (openFileLimit - Self.reservedDescriptors - adminConnections) / 2)
         self.policy = policy
         self.localCA = localCA
         self.log = log
@@ -106,6 +110,9 @@ final class Worker: @unchecked Sendable {
 
     /// Where the listeners are bound.
     var boundAddresses: [SocketAddress] { listeners.compactMap(\.localAddress) }
+
+    /// The inodes of this worker's listening sockets.
+    var listenerInodes: [UInt64] { listeners.compactMap(\.socketInode) }
 
     /// Runs the loop on a new thread.
     func start(name: String) {

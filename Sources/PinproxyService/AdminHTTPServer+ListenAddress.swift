@@ -1,3 +1,4 @@
+import Foundation
 import PinproxyInterop
 import PinproxyPolicy
 
@@ -6,8 +7,12 @@ extension AdminHTTPServer {
     public convenience init(
         loop: EventLoop,
         listen: ListenAddress,
-        routes: [String: AdminHTTPHandler]
+        routes: [String: AdminHTTPHandler],
+        requestTimeout: TimeInterval = 10,
+        maxConnections: Int = AdminHTTPServer.defaultMaxConnections,
+        onAcceptError: ((String) -> Void)? = nil
     ) throws(AdminHTTPServerError) {
-        try self.init(loop: loop, host: listen.address.description, port: listen.port, routes: routes)
+        try self.init(loop: loop, host: listen.address.description, port: listen.port, routes: routes,
+                      requestTimeout: requestTimeout, maxConnections: maxConnections, onAcceptError: onAcceptError)
     }
 }

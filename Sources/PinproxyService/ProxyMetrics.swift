@@ -20,8 +20,9 @@ import Synchronization
 /// | `pinproxy_config_reloads_total` | counter | `result` (ok, failed) |
 /// | `pinproxy_pin_expiry_days` | gauge | `host_pattern`: days until the entry's earliest pinned certificate or `expires` runs out (negative once past) |
 ///
-/// Labels are bounded: `host_pattern` is always a configured pattern (`default` for the
-/// `[default]` entry, `-` before any entry applies), never a requested host name.
+/// Labels are bounded: `host_pattern` is always a configured pattern (`[default]` for the
+/// `[default]` entry, which no pattern can spell, `-` before any entry applies), never a
+/// requested host name.
 ///
 /// Thread safety: every method may be called from any thread at any time, concurrently — the
 /// daemon's event loops each call it. swift-prometheus's registry, `Counter`, `Gauge` and
@@ -112,11 +113,15 @@ public final class ProxyMetrics: Sendable {
         ).increment()
     }
 
-    /// The `host_pattern` label for an entry: its pattern as written and normalised, `default`
-    /// for `[default]`.
+    /// The `host_pattern` label for an entry: its pattern as written and normalised, or
+    /// `defaultPatternLabel` for `[default]`.
     public static func patternLabel(for entry: PolicyEntry) -> String {
-        entry.pattern?.description ?? "default"
+        entry.pattern?.description ?? defaultPatternLabel
     }
+
+    /// The label of the `[default]` entry: brackets, which no host pattern may hold, so that
+    /// `[hosts."default"]` keeps a series of its own.
+    public static let defaultPatternLabel = "[default]"
 
     /// The label for a refusal decided before any entry applied (bad request, say).
     public static let noPatternLabel = "-"

@@ -66,6 +66,11 @@ struct PinCommand: ParsableCommand {
             printError("\(target): \(error)")
             throw ExitCode(1)
         }
+        if let incomplete = result.incompleteHandshake {
+            printError("\(target): the handshake did not complete (\(incomplete)); printing the \(result.chain.count) certificate(s) that arrived before it stopped")
+            print("# the handshake did not complete: \(incomplete)")
+            print("# the server sent these certificates, but did not prove it holds the leaf's key")
+        }
         print("# \(host):\(port) presented \(result.chain.count) certificate(s) over \(result.protocolVersion)")
         for (index, certificate) in result.chain.enumerated() {
             print("# [\(index)]")
@@ -83,6 +88,7 @@ struct PinCommand: ParsableCommand {
         print("  # add the pin of a backup key here")
         print("]")
         if port != 443 { print("ports = [\(port)]") }
+        if result.incompleteHandshake != nil { throw ExitCode(1) }
     }
 
     static func printCertificate(_ certificate: Certificate, prefix: String = "  ") {

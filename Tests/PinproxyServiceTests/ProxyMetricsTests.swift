@@ -179,4 +179,36 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "internal.example.test"])),
                        10, accuracy: 0.01)
     }
+
+    func testTheDefaultEntryAndAHostNamedDefaultHaveTheirOwnSeries() throws {
+        let pinA = Pin(digest: [UInt8](repeating: 1, count: 32)).description
+        let pinB = Pin(digest: [UInt8](repeating: 2, count: 32)).description
+        let text = """
+            [default]
+            pin = "public-key"
+            pins = ["\(pinA)", "\(pinB)"]
+            expires = 2031-01-01
+
+            [hosts."default"]
+            pin = "public-key"
+            pins = ["\(pinA)", "\(pinB)"]
+            expires = 2032-01-01
+            """
+        let now = Date()
+        let config = try ConfigLoader.load(text: text, path: "/nonexistent/pinproxy.toml", directory: "/nonexistent", now: now)
+        let entries = ProxyMetrics.pinExpiryEntries(in: config.policies, now: now)
+        XCTAssertEqual(entries.map(\.pattern).sorted(), ["[default]", "default"])
+        XCTAssertEqual(ProxyMetrics.patternLabel(for: config.policies.defaultEntry), "[default]")
+        XCTAssertEqual(config.policies.entries.map(ProxyMetrics.patternLabel(for:)), ["default"])
+
+        let metrics = ProxyMetrics()
+        metrics.setPinExpiry(entries: entries)
+        metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: config.policies.defaultEntry), reason: .pinMismatch)
+        let samples = try PrometheusParser.parse(metrics.render())
+        let days2031 = ISO8601DateFormatter().date(from: "2031-01-02T00:00:00Z")!.timeIntervalSince(now) / 86_400
+        let days2032 = ISO8601DateFormatter().date(from: "2032-01-02T00:00:00Z")!.timeIntervalSince(now) / 86_400
+        XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "[default]"])), days2031, accuracy: 1e-3)
+        XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "default"])), days2032, accuracy: 1e-3)
+        XCTAssertEqual(samples.value("pinproxy_refusals_total", ["host_pattern": "[default]", "reason": "pin-mismatch", "mode": "enforce"]), 1)
+    }
 }

@@ -5,8 +5,6 @@
 - A host name longer than 64 characters (the longest a certificate commonName may be) is
   intercepted: the minted leaf names it in its subjectAltName alone.
 - An IPv4-mapped IPv6 literal meets the entry of its IPv4 address.
-- Special IPv6 ranges (local NAT64, Teredo, discard, documentation, SIIT) are private
-  destinations.
 """
 
 from __future__ import annotations
@@ -133,13 +131,6 @@ def test_an_ipv4_mapped_literal_meets_the_ipv4_entry(make_proxy, origins, pki):
     line = p.connection_log(c.client_port)
     assert line.get("entry") == 'hosts."127.0.0.1"', line.raw
     assert line.get("host") == "127.0.0.1", line.raw
-
-
-@pytest.mark.parametrize("address", ["64:ff9b:1::a00:1", "2001::1", "100::1", "2001:db8::1", "::ffff:0:a00:1"])
-def test_special_ipv6_ranges_are_private_destinations(make_proxy, origins, address):
-    p = make_proxy(proxy={"allow_ports": [origins.api.port], "block_private_destinations": True},
-                   resolve={"special.test": address}, default={"action": "allow-insecure"})
-    expect_refusal(p, "special.test", origins.api.port, "destination-denied")
 
 
 class EchoAfterCloseOrigin:

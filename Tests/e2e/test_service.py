@@ -660,7 +660,7 @@ def test_metrics(make_service_proxy, origins, pki):
     assert p.connection_log(report_port).get("outcome") == "report-only"
 
     # a malformed request (no entry applies: host_pattern "-") and an unlisted host (the
-    # [default] entry denies: host_pattern "default"; the requested name never becomes a label)
+    # [default] entry denies: host_pattern "[default]"; the requested name never becomes a label)
     bad = raw_exchange(p.port, b"NOT-HTTP AT ALL\r\n\r\n")
     assert bad.answer.status == 400 and bad.answer.refusal == "bad-request", bad.answer
     expect_refusal(p, "unlisted-7f3a.example", origins.api.port, "host-denied")
@@ -684,7 +684,7 @@ def test_metrics(make_service_proxy, origins, pki):
     assert m.value(c, outcome="refused", reason="bad-request") == 1, m
     assert m.value(r, host_pattern="-", reason="bad-request", mode="enforce") == 1, m
     assert m.value(c, outcome="refused", reason="host-denied") == 1, m
-    assert m.value(r, host_pattern="default", reason="host-denied", mode="enforce") == 1, m
+    assert m.value(r, host_pattern="[default]", reason="host-denied", mode="enforce") == 1, m
     assert "unlisted-7f3a" not in m.text, m
     b = "pinproxy_relayed_bytes_total"
     assert m.value(b, direction="client_to_upstream") == up, (m.value(b, direction="client_to_upstream"), up)

@@ -1,0 +1,82 @@
+"""`pinproxy run` and `pinproxy ca`: a CA directory or key others control is refused.
+
+Whoever can read the CA key can impersonate every host to the clients that trust the CA, and
+whoever owns the directory can read or replace the key. The daemon refuses to start, with a
+message saying how to fix it, when:
+- ca_dir belongs to another user;
+- ca.key belongs to another user;
+- ca.key may be read or written by group or others.
+A directory of its own with a loose mode is made 0700, and the daemon starts.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from proxy_harness import TIMEOUT, make_proxy, pinned_entry  # noqa: F401 (fixture)
+from proxy_harness import API
+
+OTHER_UID = 65534  # nobody
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("giving files to another user needs root", pytrace=False)
+
+
+def start_failure(make_proxy, pki, ca_dir) -> str:
+    """Starts a daemon on CA_DIR, expects exit 1; returns its start-failed error."""
+    p = make_proxy(start=False, proxy={"ca_dir": str(ca_dir), "allow_ports": [443]}, hosts={API: pinned_entry(pki, "api", "int-a")})
+    p.start(wait=False)
+    assert p.wait_exit(TIMEOUT) == 1, p.describe()
+    p._stopped = True  # the exit is what the test expects
+    failed = [l for l in p.logs() if l.get("event") == "start-failed"]
+    assert failed, p.describe()
+    return failed[-1].get("error", "")
+
+
+def made_ca(make_proxy, pki, ca_dir):
+    """A CA the daemon made in CA_DIR (it starts and stops once)."""
+    p = make_proxy(proxy={"ca_dir": str(ca_dir), "allow_ports": [443]}, hosts={API: pinned_entry(pki, "api", "int-a")})
+    assert p.stop() == 0
+    assert (ca_dir / "ca.key").exists()
+    assert stat.S_IMODE((ca_dir / "ca.key").stat().st_mode) == 0o600
+    return ca_dir
+
+
+def test_a_ca_dir_owned_by_another_user_is_refused(make_proxy, pki, tmp_path):
+    needs_root()
+    ca_dir = tmp_path / "theirs"
+    ca_dir.mkdir(mode=0o700)
+    os.chown(ca_dir, OTHER_UID, OTHER_UID)
+    error = start_failure(make_proxy, pki, ca_dir)
+    assert f"belongs to uid {OTHER_UID}" in error and "chown" in error, error
+    assert not (ca_dir / "ca.key").exists(), "no key may be written into another user's directory"
+
+
+def test_a_key_owned_by_another_user_is_refused(make_proxy, pki, tmp_path):
+    needs_root()
+    ca_dir = made_ca(make_proxy, pki, tmp_path / "ca")
+    os.chown(ca_dir / "ca.key", OTHER_UID, OTHER_UID)
+    error = start_failure(make_proxy, pki, ca_dir)
+    assert "ca.key belongs to uid" in error and "Delete ca.key and ca.pem" in error, error
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660])
+def test_a_key_others_can_read_is_refused(make_proxy, pki, tmp_path, mode):
+    ca_dir = made_ca(make_proxy, pki, tmp_path / "ca")
+    os.chmod(ca_dir / "ca.key", mode)
+    error = start_failure(make_proxy, pki, ca_dir)
+    assert f"mode {mode:o}" in error and "chmod 600" in error, error
+    assert stat.S_IMODE((ca_dir / "ca.key").stat().st_mode) == mode, "the key's mode is the operator's to fix"
+
+
+def test_an_own_directory_with_a_loose_mode_is_made_private(make_proxy, pki, tmp_path):
+    ca_dir = made_ca(make_proxy, pki, tmp_path / "ca")
+    os.chmod(ca_dir, 0o755)
+    p = make_proxy(proxy={"ca_dir": str(ca_dir), "allow_ports": [443]}, hosts={API: pinned_entry(pki, "api", "int-a")})
+    assert p.alive()
+    assert stat.S_IMODE(ca_dir.stat().st_mode) == 0o700
