@@ -61,8 +61,9 @@ public struct ProxySettings: Sendable {
     public var idleTimeout: TimeInterval = 300
     /// On SIGTERM, how long open tunnels may go on before they are cut.
     public var drainTimeout: TimeInterval = 30
-    /// Open client connections at most; further ones are closed at accept.
-    public var maxConnections = 10_000
+    /// Open client connections at most; further ones are closed at accept. nil: as many as
+    /// the open-file limit allows (two descriptors per tunnel).
+    public var maxConnections: Int?
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure).
     public var relayBufferBytes = 256 * 1024
 

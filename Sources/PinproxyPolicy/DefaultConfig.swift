@@ -41,7 +41,7 @@ block_private_destinations = true
 # handshake_timeout = 10     # each TLS handshake (upstream, then client)
 # idle_timeout = 300         # a tunnel with no traffic either way is closed
 # drain_timeout = 30         # on SIGTERM, how long open tunnels may finish
-# max_connections = 10000    # open client connections at most
+# max_connections = 10000    # open client connections at most (default: what the open-file limit allows)
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
 
 # [resolve]
