@@ -40,6 +40,16 @@ public struct ProxySettings: Sendable {
         case logfmt, json
     }
 
+    /// How a refusal reaches the client.
+    public enum RefusalDelivery: String, Sendable, CaseIterable {
+        /// The CONNECT answer: an HTTP error status with a `Pinproxy-Refusal` header.
+        case connect
+        /// 200 to the CONNECT, the client's TLS completed with a minted leaf, then an HTTP
+        /// error response inside it that explains the refusal; for clients that print only a
+        /// CONNECT status. No byte goes to or comes from the refused upstream.
+        case inTLS = "in-tls"
+    }
+
     public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]
     /// Where the local CA lives; nil means the platform default (see `LocalCA`).
     public var caDirectory: String?
@@ -47,6 +57,7 @@ public struct ProxySettings: Sendable {
     public var blockPrivateDestinations = true
     public var metricsListen: ListenAddress?
     public var logFormat: LogFormat = .logfmt
+    public var refusal: RefusalDelivery = .connect
     /// Event loops (threads); nil means one per core.
     public var workers: Int?
     /// Whole CONNECT request, from accept to the end of its headers.

@@ -31,6 +31,13 @@ block_private_destinations = true
 # "logfmt" or "json": one line per decision and per closed tunnel, on stderr.
 # log_format = "logfmt"
 
+# How a refused connection is answered. "connect": an HTTP error status on the CONNECT, with
+# the reason in its status line and a Pinproxy-Refusal header. "in-tls": for clients that
+# print only a CONNECT status (curl, git), a 200, then the client's TLS completed with a leaf
+# from the local CA and an HTTP 403/502/504 inside it whose body explains the refusal (the
+# client sees a TLS session that succeeded; no byte goes to or comes from the refused server).
+# refusal = "connect"
+
 # Event loops; default one per core.
 # workers = 2
 

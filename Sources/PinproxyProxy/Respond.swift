@@ -37,6 +37,9 @@ extension ClientConnection {
         upstream = nil
         teardownPhase()
         phase = .closing
+        if config.proxy.refusal == .inTLS, reason != .badRequest, let (host, port) = target {
+            return refuseInTLS(host: host, port: port, reason: reason, detail: detail, verdict: verdict)
+        }
         let subject = target.map { "\($0.0):\($0.1)" } ?? "the request"
         let body = "pinproxy refused \(subject): \(reason.rawValue)\n\(detail)\n"
         let status = reason.httpStatus
