@@ -58,6 +58,8 @@ public struct ProxySettings: Sendable {
     public var metricsListen: ListenAddress?
     public var logFormat: LogFormat = .logfmt
     public var refusal: RefusalDelivery = .connect
+    /// Where `pinproxy run` writes its process id (for `pinproxy reload`); nil: nowhere.
+    public var pidFile: String?
     /// Event loops (threads); nil means one per core.
     public var workers: Int?
     /// Whole CONNECT request, from accept to the end of its headers.

@@ -38,6 +38,10 @@ block_private_destinations = true
 # client sees a TLS session that succeeded; no byte goes to or comes from the refused server).
 # refusal = "connect"
 
+# Where `pinproxy run` writes its process id, so that `pinproxy reload --config FILE` can
+# signal this daemon and no other (not needed under systemd: systemctl reload pinproxy).
+# pid_file = "/run/user/1000/pinproxy.pid"
+
 # Event loops; default one per core.
 # workers = 2
 

@@ -172,6 +172,7 @@ public final class Daemon {
         if loaded.workers != running.workers { changed.append("workers") }
         if loaded.logFormat != running.logFormat { changed.append("log_format") }
         if loaded.metricsListen != running.metricsListen { changed.append("metrics_listen") }
+        if loaded.pidFile != running.pidFile { changed.append("pid_file") }
         return changed
     }
 

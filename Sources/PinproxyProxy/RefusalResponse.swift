@@ -106,7 +106,7 @@ extension RefusalResponse {
     /// What an operator can do about REASON.
     static func hint(_ page: Page, host: String, config: String) -> String? {
         let entry = printable(page.entry ?? "hosts.\"\(host)\"", limit: 300)
-        let apply = "then run `pinproxy check --config \(config)` and reload pinproxy (`systemctl reload pinproxy`, or `pinproxy reload`)."
+        let apply = "then run `pinproxy check --config \(config)` and reload pinproxy (`systemctl reload pinproxy`, or `pinproxy reload --config \(config)`)."
         switch page.reason {
         case .pinMismatch:
             let kind = page.pinKind ?? "public-key"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AT, PIN_X, TIMEOUT, run, pkilib
-from proxy_harness import Proxy, free_port, make_proxy, proxy_factory  # noqa: F401 (fixture)
+from proxy_harness import Proxy, free_port, make_proxy, poll, proxy_factory  # noqa: F401 (fixture)
 
 
 def run_env(pinproxy, *args, env=None, cwd=None):
@@ -149,3 +149,44 @@ def test_an_unmeetable_max_connections_is_warned_about(make_limited):
     p = make_limited(proxy={"max_connections": 10000, "allow_ports": [443]})
     line = p.wait_for_log(lambda l: l.get("event") == "connection-limit", what="event=connection-limit")
     assert "max_connections = 10000" in line["detail"] and "(512)" in line["detail"], line.raw
+
+
+# ---------------------------------------------------------------- pid_file and `pinproxy reload`
+
+
+def test_reload_signals_the_daemon_of_the_pid_file(make_proxy, pinproxy):
+    p = make_proxy(proxy={"allow_ports": [443], "pid_file": "pinproxy.pid"})
+    pid_path = p.dir / "pinproxy.pid"
+    poll(pid_path.exists, what="the pid file")
+    assert int(pid_path.read_text()) == p.pid
+    mark = p.mark()
+    r = run(pinproxy, "reload", "--config", p.config_path)
+    assert r.code == 0 and f"pid {p.pid}" in r.out, r
+    line = p.wait_for_log(lambda l: l.get("event") == "reload", since=mark, what="event=reload")
+    assert line.get("outcome") == "ok", line.raw
+    # A broken config is never sent: the daemon keeps its policy and logs nothing.
+    p.write_config(p.config_text + "\n[hosts.\"x.test\"]\npin = \"public-key\"\n")
+    mark = p.mark()
+    r = run(pinproxy, "reload", "--config", p.config_path)
+    assert r.code == 1 and "not reloading" in r.err, r
+    assert not [l for l in p.logs(mark) if l.get("event") == "reload"]
+    # A second daemon on the same pid_file refuses to start; the first keeps its file.
+    q = make_proxy(start=False, proxy={"allow_ports": [443], "pid_file": str(pid_path)})
+    q.start(wait=False)
+    assert q.wait_exit() == 1
+    q._stopped = True  # its exit is what this test expects
+    assert "another running pinproxy" in q.log_path.read_text()
+    assert "event=started" not in q.log_path.read_text()
+    assert int(pid_path.read_text()) == p.pid
+    # At exit the file goes.
+    assert p.stop() == 0
+    assert not pid_path.exists()
+
+
+def test_reload_without_pid_file_or_daemon_is_a_clear_error(ws, pinproxy, tmp_path):
+    r = run(pinproxy, "reload", "--config", ws.config("[proxy]\n"))
+    assert r.code == 1 and "pid_file" in r.err and "systemctl reload pinproxy" in r.err, r
+    stale = tmp_path / "stale.pid"
+    stale.write_text("1\n")  # pid 1 is not pinproxy
+    r = run(pinproxy, "reload", "--config", ws.config(f'[proxy]\npid_file = "{stale}"\n', name="s.toml"))
+    assert r.code == 1 and "not a running pinproxy" in r.err, r
