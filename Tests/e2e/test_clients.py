@@ -108,6 +108,17 @@ def in_tls(module_proxies, origin, pki):
     return make(module_proxies, origin, pki, "in-tls")
 
 
+def bundle(proxy) -> Path:
+    """`pinproxy ca --bundle`: the system bundle plus this daemon's CA (what the README's table gives
+    clients whose variable replaces their trust store)."""
+    path = proxy.dir / "bundle.pem"
+    if not path.exists():
+        p = subprocess.run([str(proxy.bin), "ca", "--config", str(proxy.config_path), "--bundle", str(path)],
+                           capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(), stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p
+    return path
+
+
 def url(origin, host, path):
     return f"https://{host}:{origin.port}{path}"
 
@@ -132,7 +143,7 @@ def need(tool):
 def test_curl(proxy, in_tls, origin, mode):
     p = proxy if mode == "connect" else in_tls
     curl = need("curl")
-    env = clean_env(HTTPS_PROXY=p.url, CURL_CA_BUNDLE=str(p.ca_path))
+    env = clean_env(HTTPS_PROXY=p.url, CURL_CA_BUNDLE=str(bundle(p)))
     res, out = client([curl, "-sS", "--max-time", str(CLIENT_TIMEOUT), url(origin, ALLOWED, "/hello.txt")], env)
     assert res.returncode == 0 and "hello through pinproxy" in out, out
     res, out = client([curl, "-sS", "--max-time", str(CLIENT_TIMEOUT), url(origin, API, "/hello.txt")], env)
@@ -180,13 +191,26 @@ def test_urllib(proxy, origin):
     assert "403 pinproxy: pin-mismatch for api.test" in str(caught.value), str(caught.value)
 
 
+URLLIB_GET = ("import sys, urllib.request\n"
+              "try:\n    r = urllib.request.urlopen(sys.argv[1], timeout=60); print(r.status, r.read().decode())\n"
+              "except OSError as e:\n    sys.exit(f'error: {e}')")
+
+
+def test_urllib_with_environment_variables(proxy, origin):
+    env = clean_env(HTTPS_PROXY=proxy.url, SSL_CERT_FILE=str(bundle(proxy)))
+    res, out = client([sys.executable, "-c", URLLIB_GET, url(origin, ALLOWED, "/hello.txt")], env)
+    assert res.returncode == 0 and "200 hello through pinproxy" in out, out
+    res, out = client([sys.executable, "-c", URLLIB_GET, url(origin, API, "/hello.txt")], env)
+    assert res.returncode != 0 and "403 pinproxy: pin-mismatch for api.test" in out, out
+
+
 REQUESTS_GET = "import requests, sys; r = requests.get(sys.argv[1], timeout=60); print(r.status_code, r.text)"
 
 
 def test_requests(proxy, origin):
     if subprocess.run([sys.executable, "-c", "import requests"], capture_output=True).returncode != 0:
         pytest.fail("requests is not installed (scripts/setup --tests installs it)", pytrace=False)
-    env = clean_env(HTTPS_PROXY=proxy.url, REQUESTS_CA_BUNDLE=str(proxy.ca_path))
+    env = clean_env(HTTPS_PROXY=proxy.url, REQUESTS_CA_BUNDLE=str(bundle(proxy)))
     env.pop("CURL_CA_BUNDLE", None)
     res, out = client([sys.executable, "-c", REQUESTS_GET, url(origin, ALLOWED, "/hello.txt")], env)
     assert res.returncode == 0 and "200 hello through pinproxy" in out, out
@@ -198,7 +222,7 @@ def test_requests(proxy, origin):
 
 
 def pip_env(proxy, **extra):
-    env = {k: v for k, v in clean_env(HTTPS_PROXY=proxy.url, PIP_CERT=str(proxy.ca_path)).items()
+    env = {k: v for k, v in clean_env(HTTPS_PROXY=proxy.url, PIP_CERT=str(bundle(proxy))).items()
            if not k.startswith("PIP_") or k == "PIP_CERT"}
     for k in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
         env.pop(k, None)
@@ -234,7 +258,7 @@ def test_pip_cert_is_overridden_by_curl_ca_bundle(proxy, origin, tmp_path, pki):
 def test_git(proxy, in_tls, origin, tmp_path, mode):
     p = proxy if mode == "connect" else in_tls
     git = need("git")
-    env = git_env(tmp_path, HTTPS_PROXY=p.url, GIT_SSL_CAINFO=str(p.ca_path))
+    env = git_env(tmp_path, HTTPS_PROXY=p.url, GIT_SSL_CAINFO=str(bundle(p)))
     res, out = client([git, "clone", "-q", url(origin, ALLOWED, "/repo.git"), str(tmp_path / "ok")], env)
     assert res.returncode == 0 and (tmp_path / "ok" / "README").is_file(), out
     res, out = client([git, "clone", "-q", url(origin, API, "/repo.git"), str(tmp_path / "no")], env)
