@@ -122,3 +122,110 @@ public enum CertificateBuilder {
         return certificate
     }
 }
+
+extension PrivateKey {
+    /// The DER SubjectPublicKeyInfo of the public half: what a public-key pin hashes.
+    public var subjectPublicKeyInfoDER: [UInt8] {
+        derEncode { i2d_PUBKEY(handle, $0) }
+    }
+
+    /// Writes the key as PKCS#8 PEM to a file that must not exist yet, created with mode 0600
+    /// (never widened by the umask, never replacing an existing key).
+    public func writePEM(toNewFile path: String) throws {
+        let descriptor = Glibc.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw OpenSSLError(operation: "cannot create \(path)", messages: [String(cString: strerror(errno))])
+        }
+        let bytes = Array(pem.utf8)
+        var written = 0
+        var failure: Int32 = 0
+        while written < bytes.count {
+            let count = bytes[written...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                failure = errno
+                break
+            }
+            written += count
+        }
+        if failure == 0 && fsync(descriptor) != 0 { failure = errno }
+        if Glibc.close(descriptor) != 0 && failure == 0 { failure = errno }
+        if failure != 0 {
+            unlink(path)
+            throw OpenSSLError(operation: "cannot write \(path)", messages: [String(cString: strerror(failure))])
+        }
+    }
+}
+
+/// The public key found in a key file: a SubjectPublicKeyInfo (PEM `PUBLIC KEY` or DER), or
+/// the public half of an unencrypted private key (PEM or DER; PKCS#8 or traditional). The
+/// private part is dropped as soon as the file is parsed.
+public struct KeyFileContents: Sendable {
+    /// Whether the file held a private key.
+    public let wasPrivate: Bool
+    /// The DER SubjectPublicKeyInfo.
+    public let subjectPublicKeyInfoDER: [UInt8]
+    /// e.g. `EC P-256`, `RSA 3072`, `ED25519`.
+    public let algorithm: String
+
+    /// SHA-256 of the DER SubjectPublicKeyInfo.
+    public var publicKeySHA256: [UInt8] { SHA256.hash(subjectPublicKeyInfoDER) }
+
+    /// Parses `bytes`; an encrypted private key is an error (its public half needs the passphrase).
+    public static func parse(_ bytes: [UInt8]) throws -> KeyFileContents {
+        if bytes.isPEM {
+            if let key = readPEM(bytes, PEM_read_bio_PUBKEY) { return describe(key, wasPrivate: false) }
+            if let key = readPEM(bytes, PEM_read_bio_PrivateKey) { return describe(key, wasPrivate: true) }
+            let messages = drainErrorQueue()
+            if String(decoding: bytes, as: UTF8.self).contains("ENCRYPTED") {
+                throw OpenSSLError(operation: "an encrypted private key: give its public key or certificate instead", messages: [])
+            }
+            throw OpenSSLError(operation: "no PEM public or private key", messages: messages)
+        }
+        let parsed: (OpaquePointer, Bool)? = bytes.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return nil }
+            var cursor: UnsafePointer<UInt8>? = base
+            if let key = d2i_PUBKEY(nil, &cursor, buffer.count) {
+                if cursor == base + buffer.count { return (key, false) }
+                EVP_PKEY_free(key)
+            }
+            cursor = base
+            if let key = d2i_AutoPrivateKey(nil, &cursor, buffer.count) {
+                if cursor == base + buffer.count { return (key, true) }
+                EVP_PKEY_free(key)
+            }
+            return nil
+        }
+        guard let (key, wasPrivate) = parsed else { throw OpenSSLError.drain("no DER public or private key") }
+        _ = drainErrorQueue()
+        return describe(key, wasPrivate: wasPrivate)
+    }
+
+    private typealias PEMReader = (OpaquePointer?, UnsafeMutablePointer<OpaquePointer?>?, (@convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32)?, UnsafeMutableRawPointer?) -> OpaquePointer?
+
+    /// Reads one key with `reader`; a passphrase is never asked for (the callback refuses).
+    private static func readPEM(_ bytes: [UInt8], _ reader: PEMReader) -> OpaquePointer? {
+        bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return reader(bio, nil, { _, _, _, _ in -1 }, nil)
+        }
+    }
+
+    /// Takes ownership of `key`, keeps its public half's DER, and frees it.
+    private static func describe(_ key: OpaquePointer, wasPrivate: Bool) -> KeyFileContents {
+        defer { EVP_PKEY_free(key) }
+        let spki = derEncode { i2d_PUBKEY(key, $0) }
+        var algorithm = EVP_PKEY_get0_type_name(key).map { String(cString: $0) } ?? "unknown"
+        var group = [CChar](repeating: 0, count: 80)
+        var length = 0
+        if EVP_PKEY_get_group_name(key, &group, group.count, &length) == 1, length > 0 {
+            let name = String(cString: group)
+            algorithm += " " + (name == "prime256v1" ? "P-256" : name == "secp384r1" ? "P-384" : name == "secp521r1" ? "P-521" : name)
+        } else if algorithm == "RSA" {
+            algorithm += " \(EVP_PKEY_get_bits(key))"
+        }
+        _ = drainErrorQueue()
+        return KeyFileContents(wasPrivate: wasPrivate, subjectPublicKeyInfoDER: spki, algorithm: algorithm)
+    }
+}

@@ -40,6 +40,16 @@ public struct ProxySettings: Sendable {
         case logfmt, json
     }
 
+    /// How a refusal reaches the client.
+    public enum RefusalDelivery: String, Sendable, CaseIterable {
+        /// The CONNECT answer: an HTTP error status with a `Pinproxy-Refusal` header.
+        case connect
+        /// 200 to the CONNECT, the client's TLS completed with a minted leaf, then an HTTP
+        /// error response inside it that explains the refusal; for clients that print only a
+        /// CONNECT status. No byte goes to or comes from the refused upstream.
+        case inTLS = "in-tls"
+    }
+
     public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]
     /// Where the local CA lives; nil means the platform default (see `LocalCA`).
     public var caDirectory: String?
@@ -47,6 +57,9 @@ public struct ProxySettings: Sendable {
     public var blockPrivateDestinations = true
     public var metricsListen: ListenAddress?
     public var logFormat: LogFormat = .logfmt
+    public var refusal: RefusalDelivery = .connect
+    /// Where `pinproxy run` writes its process id (for `pinproxy reload`); nil: nowhere.
+    public var pidFile: String?
     /// Event loops (threads); nil means one per core.
     public var workers: Int?
     /// Whole CONNECT request, from accept to the end of its headers.
@@ -64,8 +77,9 @@ public struct ProxySettings: Sendable {
     /// Each `metrics_listen` request in total, from accept (or the previous answer on the
     /// connection) to its answer, however slowly the client sends it.
     public var adminTimeout: TimeInterval = 10
-    /// Open client connections at most; further ones are closed at accept.
-    public var maxConnections = 10_000
+    /// Open client connections at most; further ones are closed at accept. nil: as many as
+    /// the open-file limit allows (two descriptors per tunnel).
+    public var maxConnections: Int?
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure).
     public var relayBufferBytes = 256 * 1024
 

@@ -112,7 +112,7 @@ private struct Loader {
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
-                            "relay_buffer_bytes", "admin_timeout"]
+                            "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls"]
     static let certificateExtensions: Set<String> = ["pem", "crt", "cer", "der"]
@@ -429,6 +429,12 @@ private struct Loader {
                 }
             case "log_format":
                 if let format = choice(value, keyPath, ProxySettings.LogFormat.self) { proxy.logFormat = format }
+            case "pid_file":
+                if let text = string(value, keyPath) {
+                    if text.isEmpty { error(keyPath, "proxy.pid_file must not be empty") } else { proxy.pidFile = resolve(text) }
+                }
+            case "refusal":
+                if let delivery = choice(value, keyPath, ProxySettings.RefusalDelivery.self) { proxy.refusal = delivery }
             case "workers":
                 if let count = integer(value, keyPath, in: 1...256) { proxy.workers = count }
             case "max_connections":

@@ -31,6 +31,17 @@ block_private_destinations = true
 # "logfmt" or "json": one line per decision and per closed tunnel, on stderr.
 # log_format = "logfmt"
 
+# How a refused connection is answered. "connect": an HTTP error status on the CONNECT, with
+# the reason in its status line and a Pinproxy-Refusal header. "in-tls": for clients that
+# print only a CONNECT status (curl, git), a 200, then the client's TLS completed with a leaf
+# from the local CA and an HTTP 403/502/504 inside it whose body explains the refusal (the
+# client sees a TLS session that succeeded; no byte goes to or comes from the refused server).
+# refusal = "connect"
+
+# Where `pinproxy run` writes its process id, so that `pinproxy reload --config FILE` can
+# signal this daemon and no other (not needed under systemd: systemctl reload pinproxy).
+# pid_file = "/run/user/1000/pinproxy.pid"
+
 # Event loops; default one per core.
 # workers = 2
 
@@ -42,7 +53,7 @@ block_private_destinations = true
 # idle_timeout = 300         # a tunnel with no traffic either way is closed
 # drain_timeout = 30         # on SIGTERM, how long open tunnels may finish
 # admin_timeout = 10         # each metrics_listen request in total, from accept to the answer
-# max_connections = 10000    # open client connections at most
+# max_connections = 10000    # open client connections at most (default: what the open-file limit allows)
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
 
 # [resolve]

@@ -33,8 +33,8 @@ public final class Daemon {
         let adminConnections = config.proxy.metricsListen == nil ? 0 : AdminHTTPServer.defaultMaxConnections
         shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics,
                                  openFileLimit: openFileLimit, adminConnections: adminConnections)
-        if config.proxy.maxConnections > shared.descriptorCeiling {
-            log.emit(.warning, "connection-limit", [(.detail, "the open-file limit (\(openFileLimit)) allows \(shared.descriptorCeiling) connections, fewer than max_connections = \(config.proxy.maxConnections): raise LimitNOFILE / ulimit -n")])
+        if let maxConnections = config.proxy.maxConnections, maxConnections > shared.descriptorCeiling {
+            log.emit(.warning, "connection-limit", [(.detail, "the open-file limit (\(openFileLimit)) allows \(shared.descriptorCeiling) connections, fewer than max_connections = \(maxConnections): raise LimitNOFILE / ulimit -n")])
         }
         ignoreBrokenPipe()
         EventLibraryLog.route { [log] severity, message in
@@ -178,9 +178,9 @@ public final class Daemon {
                 for warning in config.warnings {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])
                 }
-                if config.proxy.listen != settings.listen || config.proxy.caDirectory != settings.caDirectory
-                    || config.proxy.workers != settings.workers || config.proxy.logFormat != settings.logFormat {
-                    shared.log.emit(.warning, "reload", [(.detail, "listen, ca_dir, workers and log_format take effect at the next start")])
+                let restartOnly = Self.restartOnlyChanges(from: settings, to: config.proxy)
+                if !restartOnly.isEmpty {
+                    shared.log.emit(.warning, "reload", [(.detail, "\(restartOnly.joined(separator: ", ")) changed: restart-only settings, they take effect at the next start")])
                 }
             } catch {
                 shared.metrics.reload(ok: false)
@@ -189,6 +189,18 @@ public final class Daemon {
                                                    (.detail, "the previous policy stays in force")])
             }
         }
+    }
+
+    /// The settings a reload cannot apply that differ from those the daemon started with.
+    static func restartOnlyChanges(from running: ProxySettings, to loaded: ProxySettings) -> [String] {
+        var changed: [String] = []
+        if loaded.listen != running.listen { changed.append("listen") }
+        if loaded.caDirectory != running.caDirectory { changed.append("ca_dir") }
+        if loaded.workers != running.workers { changed.append("workers") }
+        if loaded.logFormat != running.logFormat { changed.append("log_format") }
+        if loaded.metricsListen != running.metricsListen { changed.append("metrics_listen") }
+        if loaded.pidFile != running.pidFile { changed.append("pid_file") }
+        return changed
     }
 
     /// Stops accepting, then stops the loops once no connection is open or `drain_timeout` passed.

@@ -16,18 +16,6 @@ extension RefusalReason {
     }
 }
 
-/// Reason phrases for the statuses pinproxy sends.
-func reasonPhrase(_ status: Int) -> String {
-    switch status {
-    case 200: return "Connection established"
-    case 400: return "Bad Request"
-    case 403: return "Forbidden"
-    case 502: return "Bad Gateway"
-    case 504: return "Gateway Timeout"
-    default: return "Error"
-    }
-}
-
 extension ClientConnection {
     /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
     func refuse(_ reason: RefusalReason, _ detail: String) {
@@ -49,10 +37,14 @@ extension ClientConnection {
         upstream = nil
         teardownPhase()
         phase = .closing
+        if config.proxy.refusal == .inTLS, reason != .badRequest, let (host, port) = target {
+            return refuseInTLS(host: host, port: port, reason: reason, detail: detail, verdict: verdict)
+        }
         let subject = target.map { "\($0.0):\($0.1)" } ?? "the request"
         let body = "pinproxy refused \(subject): \(reason.rawValue)\n\(detail)\n"
         let status = reason.httpStatus
-        let head = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+        let statusLine = RefusalResponse.statusLine(status: status, reason: reason, host: target?.0.description)
+        let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
         clientSide.setReading(false)
         clientSide.discardInput()
         clientSide.write(Array((head + body).utf8))

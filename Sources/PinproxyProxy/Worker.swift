@@ -131,7 +131,7 @@ final class Worker: @unchecked Sendable {
 
     private func accept(socket: Int32, client: SocketAddress?) {
         let config = shared.policy.config
-        let limit = min(config.proxy.maxConnections, shared.descriptorCeiling)
+        let limit = min(config.proxy.maxConnections ?? shared.descriptorCeiling, shared.descriptorCeiling)
         let open = shared.openConnections.add(1, ordering: .relaxed).newValue
         guard open <= limit else {
             shared.openConnections.subtract(1, ordering: .relaxed)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PinproxyInterop
 import PinproxyPolicy
 import PinproxyProxy
 
@@ -8,20 +9,57 @@ struct CACommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ca",
         abstract: "Print the local CA certificate's path, then its PEM (creating the CA if needed).",
-        discussion: "Clients trust it with e.g. curl --cacert PATH, REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, NODE_EXTRA_CA_CERTS, or update-ca-certificates."
+        discussion: """
+            Clients trust it with e.g. curl --cacert PATH, REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, NODE_EXTRA_CA_CERTS, \
+            or update-ca-certificates. Clients whose variable replaces their whole trust store (REQUESTS_CA_BUNDLE, PIP_CERT, \
+            SSL_CERT_FILE) should get --bundle FILE instead: the system bundle plus the pinproxy CA, so that hosts they reach \
+            without the proxy (NO_PROXY) still verify.
+            """
     )
 
     @OptionGroup var options: ConfigOption
+
+    @Option(name: .long, help: ArgumentHelp("Write the system trust bundle plus the pinproxy CA to FILE (replaced atomically), then print FILE; \"-\" prints the bundle.", valueName: "FILE"))
+    var bundle: String?
 
     func run() throws {
         let config = try options.loadOrExit()
         do {
             let ca = try LocalCA.openOrCreate(directory: config.proxy.caDirectory ?? LocalCA.defaultDirectory())
+            if let bundle { return try writeBundle(to: bundle, ca: ca.certificate) }
             print(ca.certificatePath)
             print(ca.certificate.pem, terminator: "")
+        } catch let exit as ExitCode {
+            throw exit
         } catch {
             printError("pinproxy: cannot open or create the local CA: \(error)")
             throw ExitCode(1)
         }
+    }
+
+    /// The system bundle, then the pinproxy CA (unless the bundle holds it already), to `path`
+    /// through a temporary file renamed into place, or to stdout for "-".
+    func writeBundle(to path: String, ca: Certificate) throws {
+        let systemPath = TrustStore.systemBundlePath
+        guard let system = FileManager.default.contents(atPath: systemPath) else {
+            printError("pinproxy ca --bundle: cannot read the system trust bundle \(systemPath) (set SSL_CERT_FILE to the bundle to start from)")
+            throw ExitCode(1)
+        }
+        var text = String(decoding: system, as: UTF8.self)
+        if !text.contains(ca.pem) {
+            if !text.isEmpty && !text.hasSuffix("\n") { text += "\n" }
+            text += "# pinproxy local CA: \(ca.subject)\n" + ca.pem
+        }
+        if path == "-" {
+            print(text, terminator: "")
+            return
+        }
+        do {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+        } catch {
+            printError("pinproxy ca --bundle: cannot write \(path): \(error.localizedDescription)")
+            throw ExitCode(1)
+        }
+        print(path)
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyProxy
 
 /// `pinproxy check`: runs the daemon's loader on a config and prints a one-screen summary.
 struct CheckCommand: ParsableCommand {
@@ -34,8 +35,9 @@ struct CheckCommand: ParsableCommand {
             print("  \(pattern.padding(toLength: max(pattern.count, 32), withPad: " ", startingAt: 0)) \(Self.describe(entry.policy))")
         }
         if entries.count > Self.listedEntries { print("  ... and \(entries.count - Self.listedEntries) more") }
-        print("warnings: \(config.warnings.count)")
-        for warning in config.warnings { print(warning.description) }
+        let warnings = config.warnings.map(\.description) + Self.privateResolveWarnings(config)
+        print("warnings: \(warnings.count)")
+        for warning in warnings { print(warning) }
         // The process ends here: skip freeing a table that may hold 100,000 entries.
         fflush(nil)
         Foundation.exit(0)
@@ -74,6 +76,22 @@ struct CheckCommand: ParsableCommand {
             let use = users[key]!
             let count = use.count == 0 ? nil : "\(use.count) entr\(use.count == 1 ? "y" : "ies")"
             return "\(key): " + [use.includesDefault ? "default" : nil, count].compactMap { $0 }.joined(separator: " and ")
+        }
+    }
+
+    /// `[resolve]` names that `block_private_destinations = true` makes unreachable (every
+    /// address private: each connection refused destination-denied) or partly so.
+    static func privateResolveWarnings(_ config: Config) -> [String] {
+        guard config.proxy.blockPrivateDestinations else { return [] }
+        return config.resolve.keys.sorted().compactMap { name in
+            let addresses = config.resolve[name] ?? []
+            let blocked = addresses.filter(DestinationGuard.isPrivate)
+            guard !blocked.isEmpty else { return nil }
+            let listed = blocked.map(\.description).joined(separator: ", ")
+            let effect = blocked.count == addresses.count
+                ? "every connection to \(name) is refused (destination-denied)"
+                : "connections to \(name) skip \(blocked.count == 1 ? "it" : "them")"
+            return "\(config.path): warning: resolve.\"\(name)\" gives the private address\(blocked.count == 1 ? "" : "es") \(listed) while block_private_destinations = true: \(effect); set block_private_destinations = false in [proxy] to allow private destinations"
         }
     }
 

@@ -11,8 +11,8 @@ struct EvaluateCommand: ParsableCommand {
         discussion: "The first line is `allow`, `refuse: <reason>` or `allow (would refuse: <reason>)`. Exit 0 allow, 1 refuse, 2 usage or config error."
     )
 
-    @Option(name: .long, help: ArgumentHelp("The TOML config file.", valueName: "FILE"))
-    var config: String
+    @Option(name: .long, help: ArgumentHelp("The TOML config file; without it, the built-in default (config/pinproxy.toml).", valueName: "FILE"))
+    var config: String?
 
     @Option(name: .long, help: "The host as a client would CONNECT to it (IPv6 with or without brackets).")
     var host: String
@@ -40,8 +40,8 @@ struct EvaluateCommand: ParsableCommand {
             time = Date()
         }
         let loaded: Config
-        do {
-            loaded = try ConfigLoader.load(path: config, now: time)
+        do throws(ConfigError) {
+            if let config { loaded = try ConfigLoader.load(path: config, now: time) } else { loaded = try ConfigLoader.loadEmbedded(now: time) }
         } catch {
             for diagnostic in error.diagnostics { printError(diagnostic.description) }
             throw ExitCode(2)
@@ -94,6 +94,9 @@ struct VerdictReport {
     let port: UInt16
     let time: Date
 
+    /// Reasons that mean OpenSSL did not verify the chain it built.
+    static let chainReasons: Set<RefusalReason> = [.untrustedChain, .certificateExpired, .certificateNotYetValid, .revoked]
+
     var text: String {
         var lines: [String] = []
         let entry = verdict.entry
@@ -107,12 +110,16 @@ struct VerdictReport {
             lines.append("      public-key: \(Pin(digest: certificate.publicKeySHA256))")
             lines.append("      certificate: \(Pin(digest: certificate.certificateSHA256))")
         }
+        let chainFailure = verdict.failures.first { Self.chainReasons.contains($0.reason) }
         if !verdict.verified.isEmpty {
-            lines.append("verified chain: " + verdict.verified.enumerated().map { "[\($0.offset)] \($0.element.subject)" }.joined(separator: " <- "))
+            let label = chainFailure.map { "chain built, not verified (\($0.reason.rawValue))" } ?? "verified chain"
+            lines.append("\(label): " + verdict.verified.enumerated().map { "[\($0.offset)] \($0.element.subject)" }.joined(separator: " <- "))
         }
         switch verdict.pinCheck {
         case .notPinned: lines.append("pins: the entry pins nothing")
         case .expired(let date): lines.append("pins: not enforced, they expired after \(date)")
+        case .matched(let pin, let position) where chainFailure != nil:
+            lines.append("pins: \(pin) is carried by certificate [\(position)] \(verdict.verified[position].subject): not a match, since pins count only on a chain OpenSSL verified")
         case .matched(let pin, let position):
             lines.append("pins: \(pin) matched certificate [\(position)] \(verdict.verified[position].subject)")
         case .noMatch:

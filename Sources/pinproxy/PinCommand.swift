@@ -7,22 +7,34 @@ import PinproxyPolicy
 struct PinCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pin",
-        abstract: "Print subject, issuer, not-after and both sha256 pins of certificates.",
-        discussion: "With --connect HOST[:PORT], fetch the chain a server presents (direct TLS, SNI = HOST) and print a ready-to-paste [hosts.\"HOST\"] block."
+        abstract: "Print subject, issuer, not-after and both sha256 pins of certificates; the public-key pin of key files.",
+        discussion: "With --connect HOST[:PORT], fetch the chain a server presents (direct TLS, SNI = HOST; --connect-to or --config [resolve] say where to dial) and print a ready-to-paste [hosts.\"HOST\"] block, with a trust line when the chain does not verify against the system store."
     )
 
     @Option(name: .long, help: ArgumentHelp("Connect to a live server instead of reading files (port 443 by default).", valueName: "HOST[:PORT]"))
     var connect: String?
 
+    @Option(name: .long, help: ArgumentHelp("With --connect: dial this address instead of HOST (SNI stays HOST).", valueName: "ADDRESS[:PORT]"))
+    var connectTo: String?
+
+    @Option(name: .long, help: ArgumentHelp("With --connect: dial the address this config's [resolve] gives HOST.", valueName: "FILE"))
+    var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("With --connect: when the chain needs a trust anchor, write it (PEM) to this new file.", valueName: "FILE"))
+    var saveAnchor: String?
+
     @Option(name: .long, help: "Seconds to wait for the connection and handshake.")
     var timeout: Double = 10
 
-    @Argument(help: ArgumentHelp("Certificate files: PEM (bundles too) or DER.", valueName: "FILE"))
+    @Argument(help: ArgumentHelp("Certificate files (PEM, bundles too, or DER), or public or private key files (only the public key's pin is printed).", valueName: "FILE"))
     var files: [String] = []
 
     func validate() throws {
         if connect == nil && files.isEmpty { throw ValidationError("give certificate files, or --connect HOST[:PORT]") }
         if connect != nil && !files.isEmpty { throw ValidationError("give either files or --connect, not both") }
+        if connect == nil && (connectTo != nil || config != nil || saveAnchor != nil) {
+            throw ValidationError("--connect-to, --config and --save-anchor go with --connect")
+        }
     }
 
     func run() throws {
@@ -47,7 +59,8 @@ struct PinCommand: ParsableCommand {
                     print("")
                 }
             } catch {
-                printError("\(path) \(error)")
+                if Self.printKeyPin(file: "\(path)", bytes: bytes) { continue }
+                printError("\(path) \(error)" + (Self.keyProblem(bytes).map { "; as a key: \($0)" } ?? ""))
                 failed = true
             }
         }
@@ -60,8 +73,9 @@ struct PinCommand: ParsableCommand {
         }
         let result: ChainFetcher.Result
         do {
-            result = try ChainFetcher.fetch(host: host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
-                                            port: port, serverName: host.serverName, timeout: timeout)
+            result = try fetchChain(host: host, port: port)
+        } catch let exit as ExitCode {
+            throw exit
         } catch {
             printError("\(target): \(error)")
             throw ExitCode(1)
@@ -79,6 +93,7 @@ struct PinCommand: ParsableCommand {
         let pinned = result.chain.filter { !$0.isSelfIssued }
         print("")
         print("[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]")
+        for line in try trustLines(for: result.chain, host: host) { print(line) }
         print("pin = \"public-key\"")
         print("pins = [")
         for (index, certificate) in (pinned.isEmpty ? Array(result.chain.prefix(1)) : pinned).enumerated() {

@@ -25,6 +25,14 @@ struct RunCommand: ParsableCommand {
             log.emit(.error, "start-failed", [(.detail, "the config is rejected; not starting")])
             throw ExitCode(1)
         }
+        if let pidFile = config.proxy.pidFile {
+            do {
+                try PidFile.checkFree(pidFile)
+            } catch {
+                AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "pid_file: \(error)")])
+                throw ExitCode(1)
+            }
+        }
         let daemon: Daemon
         do {
             daemon = try Daemon(configPath: options.config, config: config)
@@ -33,6 +41,16 @@ struct RunCommand: ParsableCommand {
             AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "\(error)")])
             throw ExitCode(1)
         }
-        throw ExitCode(daemon.run())
+        if let pidFile = config.proxy.pidFile {
+            do {
+                try PidFile.claim(pidFile)
+            } catch {
+                AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "pid_file: \(error)")])
+                throw ExitCode(1)
+            }
+        }
+        let status = daemon.run()
+        if let pidFile = config.proxy.pidFile { PidFile.release(pidFile) }
+        throw ExitCode(status)
     }
 }

@@ -111,7 +111,6 @@ def test_pin_relative_path_against_cwd(ws, pki):
         pytest.param("garbage.der", b"\x30\x03\x02\x01", id="garbage-der"),
         pytest.param("empty.pem", b"", id="empty"),
         pytest.param("truncated.pem", None, id="truncated-pem"),  # first half of a PEM certificate
-        pytest.param("key-only.pem", None, id="key-only"),  # a private key, no certificate
     ],
 )
 def test_pin_bad_file(ws, name, content):
@@ -119,8 +118,6 @@ def test_pin_bad_file(ws, name, content):
     if name == "truncated.pem":
         data = ws.path("api.pem").read_bytes()
         ws.write(name, data[: len(data) // 2])
-    elif name == "key-only.pem":
-        ws.write(name, ws.path("api.key").read_bytes())
     elif content is not None:
         ws.write(name, content)
     res = ws.pin(p)

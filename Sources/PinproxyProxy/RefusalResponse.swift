@@ -1,0 +1,146 @@
+import PinproxyPolicy
+
+/// The status line of a refusal, built so that clients which print only the CONNECT answer's
+/// reason phrase (Python's http.client — so urllib, requests and pip — and wget) say what
+/// happened: `HTTP/1.1 403 pinproxy: pin-mismatch for api.example.com`.
+enum RefusalResponse {
+    /// The longest host name the phrase carries; a longer one ends in `...`.
+    static let maximumHostLength = 100
+
+    /// `HTTP/1.1 STATUS pinproxy: REASON[ for HOST]`, without the CRLF. One line of printable
+    /// ASCII at most 160 bytes long, whatever the host holds.
+    static func statusLine(status: Int, reason: RefusalReason, host: String?) -> String {
+        var phrase = "pinproxy: \(reason.rawValue)"
+        if let host, case let shown = sanitizedHost(host), !shown.isEmpty {
+            phrase += " for \(shown)"
+        }
+        return "HTTP/1.1 \(status) \(phrase)"
+    }
+
+    /// HOST with every byte outside the characters of host names and IP literals (letters,
+    /// digits, `.-_:[]`) replaced by `?`, and cut to `maximumHostLength`.
+    static func sanitizedHost(_ host: String) -> String {
+        var bytes = host.utf8.map { byte -> UInt8 in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "-"),
+                 UInt8(ascii: "_"), UInt8(ascii: ":"), UInt8(ascii: "["), UInt8(ascii: "]"):
+                return byte
+            default:
+                return UInt8(ascii: "?")
+            }
+        }
+        if bytes.count > maximumHostLength {
+            bytes = Array(bytes.prefix(maximumHostLength - 3)) + Array("...".utf8)
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension RefusalResponse {
+    /// What the `refusal = "in-tls"` page says: plain values, so that building it is pure.
+    struct Page {
+        let status: Int
+        let reason: RefusalReason
+        let detail: String
+        let host: String
+        let port: UInt16
+        /// `hosts."api.example.com"`, or `default`; nil when no entry was looked up.
+        let entry: String?
+        let configPath: String
+        /// Each presented certificate: subject, public-key pin, certificate pin.
+        let presented: [(subject: String, publicKey: String, certificate: String)]
+        /// The entry's pin kind (`public-key`, `certificate`) and pins, when it pins.
+        let pinKind: String?
+        let pins: [String]
+    }
+
+    /// At most this many presented certificates are listed, each subject at most this long.
+    static let listedCertificates = 8
+    static let maximumSubjectLength = 300
+
+    /// The whole HTTP/1.1 response (head, and the body unless `includeBody` is false, for
+    /// HEAD): the refusal's status line, `Pinproxy-Refusal`, and a text body that says what was
+    /// presented, which pins were expected, and how to update the policy.
+    static func inTLSResponse(_ page: Page, includeBody: Bool = true) -> [UInt8] {
+        let body = Array(inTLSBody(page).utf8)
+        var head = statusLine(status: page.status, reason: page.reason, host: page.host) + "\r\n"
+        head += "Pinproxy-Refusal: \(page.reason.rawValue)\r\n"
+        head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+        return Array(head.utf8) + (includeBody ? body : [])
+    }
+
+    static func inTLSBody(_ page: Page) -> String {
+        let host = sanitizedHost(page.host)
+        let config = printable(page.configPath, limit: 300)
+        var lines = [
+            "pinproxy refused \(host):\(page.port): \(page.reason.rawValue)",
+            printable(page.detail, limit: 2_000),
+            "",
+            "This answer comes from pinproxy, not from \(host) (pinproxy's refusal = \"in-tls\" mode): nothing",
+            "of this request went to \(host), and nothing from \(host) reaches this client.",
+        ]
+        if !page.presented.isEmpty {
+            lines += ["", "Presented by \(host):\(page.port):"]
+            for (index, certificate) in page.presented.prefix(listedCertificates).enumerated() {
+                lines.append("  [\(index)] \(printable(certificate.subject, limit: maximumSubjectLength))")
+                lines.append("      public-key: \(certificate.publicKey)")
+                lines.append("      certificate: \(certificate.certificate)")
+            }
+            if page.presented.count > listedCertificates {
+                lines.append("  ... and \(page.presented.count - listedCertificates) more")
+            }
+        }
+        if let pinKind = page.pinKind, !page.pins.isEmpty {
+            lines += ["", "Expected (\(printable(page.entry ?? "the entry", limit: 300)), \(pinKind) pins, any one of):"]
+            lines += page.pins.map { "  \($0)" }
+        }
+        if let hint = hint(page, host: host, config: config) {
+            lines += ["", "To change the policy: " + hint]
+        }
+        lines += ["", "The pinproxy log has the same decision (event=connection outcome=refused host=\(host))."]
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// What an operator can do about REASON.
+    static func hint(_ page: Page, host: String, config: String) -> String? {
+        let entry = printable(page.entry ?? "hosts.\"\(host)\"", limit: 300)
+        let apply = "then run `pinproxy check --config \(config)` and reload pinproxy (`systemctl reload pinproxy`, or `pinproxy reload --config \(config)`)."
+        switch page.reason {
+        case .pinMismatch:
+            let kind = page.pinKind ?? "public-key"
+            return "if the server's new \(kind == "certificate" ? "certificate" : "key") is genuine (check it out of band), add its \(kind) pin from the list above to pins in \(entry) of \(config); \(apply)"
+        case .untrustedChain:
+            return "if this chain is genuine, list its root or intermediate in trust of \(entry) in \(config) (`pinproxy pin --connect \(host):\(page.port) --save-anchor FILE` writes it); \(apply)"
+        case .hostnameMismatch:
+            return "the certificate does not name \(host): the server must present one that does (validate_host = false in \(entry) accepts it, but then pins are all that protect it)."
+        case .certificateExpired, .certificateNotYetValid:
+            return "the server's certificate is outside its validity period (or this machine's clock is wrong): the server must renew it."
+        case .revoked, .revocationUnknown:
+            return "the server's certificate is revoked, or its revocation status is unknown: see revocation and crls in \(entry) of \(config)."
+        case .tlsVersion:
+            return "the server does not offer the entry's min_tls: see min_tls in \(entry) of \(config)."
+        case .hostDenied:
+            return "add a [hosts.\"\(host)\"] entry to \(config) (or change its deny); \(apply)"
+        case .portDenied:
+            return "add \(page.port) to ports in \(entry), or to allow_ports in [proxy], of \(config); \(apply)"
+        case .destinationDenied:
+            return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
+        case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
+            return "none needed: pinproxy could not reach \(host):\(page.port), which is not a policy decision."
+        default:
+            return nil
+        }
+    }
+
+    /// TEXT with control characters (C0, DEL, C1: terminal escapes) replaced by `?`, cut to
+    /// LIMIT characters.
+    static func printable(_ text: String, limit: Int) -> String {
+        var scalars = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars.prefix(limit) {
+            scalars.append(scalar.properties.generalCategory == .control ? "?" : scalar)
+        }
+        return String(scalars) + (text.unicodeScalars.count > limit ? "..." : "")
+    }
+}

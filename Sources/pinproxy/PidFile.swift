@@ -1,0 +1,47 @@
+import Foundation
+import Glibc
+
+/// The `pid_file` of a running daemon: written by `pinproxy run` once its listeners are up,
+/// removed at exit, and read by `pinproxy reload` to signal that daemon and no other.
+enum PidFile {
+    /// The process id the file names, if it names one.
+    static func read(_ path: String) -> pid_t? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return pid_t(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// Whether `pid` is a live pinproxy process (its command name is `pinproxy`).
+    static func isPinproxy(_ pid: pid_t) -> Bool {
+        guard pid > 0, let data = FileManager.default.contents(atPath: "/proc/\(pid)/comm") else { return false }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines) == "pinproxy"
+    }
+
+    /// Fails when another live pinproxy owns `path`.
+    static func checkFree(_ path: String) throws {
+        if let other = read(path), other != getpid(), isPinproxy(other) {
+            throw PidFileError(message: "\(path) names another running pinproxy (pid \(other)): stop it first, or give this daemon its own pid_file")
+        }
+    }
+
+    /// Writes this process's id to `path` (replaced atomically), unless another live pinproxy
+    /// owns the file. Call it once SIGHUP is handled: the file invites that signal.
+    static func claim(_ path: String) throws {
+        try checkFree(path)
+        let own = getpid()
+        do {
+            try Data("\(own)\n".utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+        } catch {
+            throw PidFileError(message: "cannot write \(path): \(error.localizedDescription)")
+        }
+    }
+
+    /// Removes `path` if it still names this process.
+    static func release(_ path: String) {
+        if read(path) == getpid() { try? FileManager.default.removeItem(atPath: path) }
+    }
+}
+
+struct PidFileError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}

@@ -1,0 +1,96 @@
+import ArgumentParser
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+
+extension PinCommand {
+    /// Fetches the chain HOST presents: dialling `--connect-to`, else the addresses that
+    /// `--config`'s `[resolve]` gives HOST, else HOST through the system resolver; SNI = HOST
+    /// in every case. The first address that completes a handshake wins.
+    func fetchChain(host: TargetHost, port: UInt16) throws -> ChainFetcher.Result {
+        var lastError: Error?
+        for (address, dialPort) in try dialTargets(host: host, port: port) {
+            do {
+                return try ChainFetcher.fetch(host: address, port: dialPort, serverName: host.serverName, timeout: timeout)
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError ?? ValidationError("no address to connect to for \(host)")
+    }
+
+    /// The addresses `fetchChain` dials, in order.
+    func dialTargets(host: TargetHost, port: UInt16) throws -> [(String, UInt16)] {
+        if let connectTo {
+            guard let target = Self.splitAddress(connectTo, defaultPort: port) else {
+                throw ValidationError("--connect-to takes ADDRESS or ADDRESS:PORT (IPv6 in brackets), not \"\(connectTo)\"")
+            }
+            return [target]
+        }
+        if let config, let name = host.serverName {
+            let loaded: Config
+            do {
+                loaded = try ConfigLoader.load(path: config)
+            } catch {
+                for diagnostic in error.diagnostics { printError(diagnostic.description) }
+                throw ExitCode(2)
+            }
+            if let addresses = loaded.resolve[name] {
+                return addresses.map { ($0.description, port) }
+            }
+        }
+        switch host {
+        case .name(let name): return [(name, port)]
+        case .ip(let address): return [(address.description, port)]
+        }
+    }
+
+    /// `ADDRESS`, `ADDRESS:PORT`, `[V6]:PORT` or a bare IPv6 literal; the port defaults to
+    /// DEFAULTPORT. The address is returned without brackets, ready for getaddrinfo.
+    static func splitAddress(_ text: String, defaultPort: UInt16) -> (String, UInt16)? {
+        if let address = IPAddress(text) { return (address.description, defaultPort) }
+        if TargetHost(text) != nil { return (text, defaultPort) }
+        guard let (host, port) = splitHostPort(text) else { return nil }
+        switch host {
+        case .name(let name): return (name, port)
+        case .ip(let address): return (address.description, port)
+        }
+    }
+
+    /// The `trust` lines of the printed block: none when the presented chain verifies against
+    /// the system store; otherwise a `trust` list naming the top certificate the server
+    /// presented (its root, or the intermediate closest to it), which `--save-anchor` writes.
+    func trustLines(for chain: [Certificate], host: TargetHost) throws -> [String] {
+        guard let leaf = chain.first else { return [] }
+        let intermediates = Array(chain.dropFirst())
+        let now = Date()
+        let system = try TrustStore.system().verify(leaf: leaf, intermediates: intermediates, at: now)
+        if system.isVerified { return [] }
+        let untrusted = system.problems.filter { $0.kind == .untrusted }
+        if untrusted.isEmpty {
+            return system.problems.map { "# note: the chain does not verify: \($0)" }
+        }
+        let anchor = chain.last!
+        let role = anchor === leaf ? "the leaf itself (the server presented no CA certificate)"
+            : anchor.isSelfIssued ? "the root the server presented" : "the top intermediate the server presented"
+        let file = saveAnchor ?? "\(host.serverName ?? "server")-anchor.pem"
+        var lines = ["# the chain does not verify against the system trust store: \(untrusted[0].message)",
+                     "# anchor: \(role): \(anchor.subject)",
+                     "#   certificate: \(Pin(digest: anchor.certificateSHA256))  not after: \(rfc3339(anchor.notAfter))"]
+        if let saveAnchor {
+            do {
+                try Data(anchor.pem.utf8).write(to: URL(fileURLWithPath: saveAnchor), options: .withoutOverwriting)
+            } catch {
+                printError("--save-anchor \(saveAnchor): cannot write the file: \(error.localizedDescription)")
+                throw ExitCode(1)
+            }
+            lines.append("#   written to \(saveAnchor); check it out of band before you trust it")
+        } else {
+            lines.append("#   save it with --save-anchor \(file) (and check it out of band before you trust it)")
+        }
+        let withAnchor = try TrustStore(anchors: [anchor]).verify(leaf: leaf, intermediates: intermediates, at: now)
+        lines += withAnchor.problems.map { "# note: even with this anchor, the chain does not verify: \($0)" }
+        lines.append("trust = [\"\(file)\"]")
+        return lines
+    }
+}
