@@ -332,6 +332,16 @@ public final class BufferEvent {
         return ALPNProtocol(bytes: Array(UnsafeBufferPointer(start: bytes, count: Int(length))))
     }
 
+    /// For an upstream connection about to be dropped: processes what the server has already
+    /// sent (TLS 1.3 session tickets arrive after the handshake), so that an admitted session
+    /// can be resumed by the next connection. Application data stays unread.
+    public func takeSessionTickets() {
+        guard let ssl, SSL_is_init_finished(ssl) == 1 else { return }
+        var byte: UInt8 = 0
+        _ = SSL_peek(ssl, &byte, 1)
+        _ = drainErrorQueue()
+    }
+
     /// The SNI the client sent (server side).
     public var requestedServerName: String? {
         guard let ssl, let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) else { return nil }

@@ -51,6 +51,7 @@ extension ClientConnection {
         clientSide.onRead = nil
         clientHelloReader = nil
         reopenedFor = hello
+        upstream?.takeSessionTickets()
         upstream?.close()
         upstream = nil
         verdict = nil

@@ -344,6 +344,24 @@ def test_client_gets_what_the_upstream_negotiated(proxy, alpn_origins, origin, o
         assert "upstream reopened for the client's ALPN offer" in lines[1]["detail"], lines[1].raw
 
 
+def test_reopened_upstream_resumes_the_session(proxy, alpn_origins):
+    """The reopened upstream handshake resumes the session of the first one (its TLS 1.3
+    ticket, which arrives after the handshake, is taken before the first connection closes).
+    The ticket may still be on its way when the ClientHello arrives, so three tries: at least
+    one must resume."""
+    o = alpn_origins["prefers-h2"]
+    resumed = []
+    for _ in range(3):
+        mark = proxy.mark()
+        selected, _, client_port = alpn_exchange(proxy, o.port, ["http/1.1"])
+        assert selected == "http/1.1"
+        poll(lambda: len(decision(proxy, client_port)) == 2, what="the reopened upstream's decision line")
+        resumed.append("upstream TLS session resumed" in decision(proxy, client_port)[1].get("detail", ""))
+        if any(resumed):
+            break
+    assert any(resumed), proxy.describe()
+
+
 def test_reopened_upstream_gets_the_verdict_again(proxy, alpn_origins):
     """The upstream presents another key when it is reopened: the second verdict refuses it,
     and the client's TLS handshake is cut off (the CONNECT already got its 200)."""
