@@ -22,9 +22,10 @@ import ssl
 import subprocess
 import sys
 import textwrap
+import time
 import threading
-from pathlib import Path
-
+import grpc
+import httpx
 import pytest
 
 from h2origin import H2Origin
@@ -108,7 +109,6 @@ def h2origin(pki):
 
 @pytest.fixture(scope="module")
 def grpc_origin(pki):
-    grpc = pytest.importorskip("grpc")
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
     echo = grpc.unary_unary_rpc_method_handler(lambda request, context: b"pong:" + request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("pinproxy.Test", {"Echo": echo}),))
@@ -224,8 +224,6 @@ def test_curl_http2_many_streams_one_tunnel(proxy, h2origin, curl):
 
 
 def test_httpx_http2_pinned(proxy, h2origin):
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("h2")
     mark = proxy.mark()
     with httpx.Client(http2=True, proxy=proxy.url, verify=proxy.client_context(), trust_env=False, timeout=TIMEOUT) as client:
         responses = [client.get(f"https://{API}:{h2origin.port}/httpx/{i}") for i in range(3)]
@@ -238,7 +236,6 @@ def test_httpx_http2_pinned(proxy, h2origin):
 
 
 def test_httpx_http2_wrong_pin(proxy, h2origin):
-    httpx = pytest.importorskip("httpx")
     mark = proxy.mark()
     with httpx.Client(http2=True, proxy=proxy.url, verify=proxy.client_context(), trust_env=False, timeout=TIMEOUT) as client:
         with pytest.raises(httpx.ProxyError) as caught:
@@ -334,7 +331,7 @@ def test_client_gets_what_the_upstream_negotiated(proxy, alpn_origins, origin, o
     wire = expected or ("http/1.1" if upstream_handshakes[-1] == "http/1.1" else None)
     assert said == f"alpn={wire or '-'}"
     assert poll(lambda: o.negotiated[before:] if "(handshaking)" not in o.negotiated[before:] else None) == upstream_handshakes
-    lines = decision(proxy, client_port)
+    decision(proxy, client_port)
     poll(lambda: len([l for l in proxy.logs(mark) if l.get("event") == "connection"]) == len(upstream_handshakes),
          what="one decision line per upstream handshake")
     lines = [l for l in proxy.logs(mark) if l.get("event") == "connection"]
@@ -383,3 +380,51 @@ def test_refusal_is_still_an_http_answer(proxy, alpn_origins):
     o = alpn_origins["prefers-h2"]
     c = connect(proxy.port, WRONG, o.port)
     check_refusal(c.answer, "pin-mismatch")
+
+
+def test_client_hello_in_one_byte_segments(proxy, alpn_origins):
+    """The ClientHello is read as it trickles in (one byte per segment), the upstream is
+    reopened for its offer, and the real handshake then reads the same bytes."""
+    o = alpn_origins["prefers-h2"]
+    c = connect(proxy.port, API, o.port)
+    assert c.answer.status == 200, c.answer
+    sock = c.sock
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ctx = proxy.client_context()
+    ctx.set_alpn_protocols(["http/1.1"])
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=API)
+    deadline = time.monotonic() + TIMEOUT
+    first_flight = True
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+            data = outgoing.read()
+            if first_flight:
+                for i in range(len(data)):
+                    sock.sendall(data[i:i + 1])
+                first_flight = False
+            elif data:
+                sock.sendall(data)
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            chunk = sock.recv(65536)
+            assert chunk, f"the proxy closed the connection during the handshake\n{proxy.describe()}"
+            incoming.write(chunk)
+        sock.sendall(outgoing.read())
+        assert tls.selected_alpn_protocol() == "http/1.1"
+        line = b""
+        while not line.endswith(b"\n"):
+            try:
+                line += tls.read(100)
+            except ssl.SSLWantReadError:
+                chunk = sock.recv(65536)
+                assert chunk, "the tunnel closed early"
+                incoming.write(chunk)
+        assert line == b"alpn=http/1.1\n"
+    finally:
+        sock.close()
+    poll(lambda: len(decision(proxy, c.client_port)) == 2, what="the reopened upstream's decision line")
