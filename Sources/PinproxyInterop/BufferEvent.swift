@@ -73,13 +73,13 @@ public final class BufferEvent {
     /// With `sessions` and `sessionKey`, a cached session is offered for resumption, and the
     /// sessions of this connection are cached once `admitSession` is called.
     public static func connectTLS(loop: EventLoop, socket: Int32, context: TLSClientContext, serverName: String?,
-                                  minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool,
+                                  minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
                                   sessions: TLSSessionCache? = nil, sessionKey: String? = nil) throws -> BufferEvent {
         let slot = sessions.flatMap { cache in sessionKey.map { SessionSlot(cache: cache, key: $0) } }
         let ssl: OpaquePointer
         do {
             ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
-                                      resumption: slot)
+                                      alpn: alpn, resumption: slot)
         } catch {
             closeSocket(socket)
             throw error
@@ -98,13 +98,15 @@ public final class BufferEvent {
     /// Starts a TLS server handshake on top of this plain buffer event (bytes the client sent
     /// early are kept). Use only the returned object afterwards: it drives this one, and closes
     /// it once everything it encrypted has been sent.
-    /// A client whose SNI names another host than `serverName` fails the handshake. The socket
-    /// underneath holds at most `bufferLimit` encrypted bytes: past that, data waits in the
-    /// returned object's output, where `outputLength` (and so backpressure) sees it.
+    /// A client whose SNI names another host than `serverName` fails the handshake; a client
+    /// that offers `applicationProtocol` gets it (otherwise no ALPN). The socket underneath
+    /// holds at most `bufferLimit` encrypted bytes: past that, data waits in the returned
+    /// object's output, where `outputLength` (and so backpressure) sees it.
     public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey,
-                          serverName: String?, bufferLimit: Int) throws -> BufferEvent {
+                          serverName: String?, applicationProtocol: ALPNProtocol?, bufferLimit: Int) throws -> BufferEvent {
         guard let plain = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
-        let ssl = try context.makeSSL(certificate: certificate, key: key, serverName: serverName)
+        let ssl = try context.makeSSL(certificate: certificate, key: key, serverName: serverName,
+                                      applicationProtocol: applicationProtocol)
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
         // the bytes still in its output) to this object's `linger`.
         guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
@@ -261,6 +263,19 @@ public final class BufferEvent {
         return count
     }
 
+    /// Up to `maxLength` bytes of the input from `offset` on, copied (the input keeps them).
+    func copyInput(from offset: Int, maxLength: Int) -> [UInt8] {
+        guard let handle, maxLength > 0 else { return [] }
+        let input = bufferevent_get_input(handle)
+        let count = min(maxLength, evbuffer_get_length(input) - min(offset, evbuffer_get_length(input)))
+        guard count > 0 else { return [] }
+        var position = evbuffer_ptr()
+        guard evbuffer_ptr_set(input, &position, offset, EVBUFFER_PTR_SET) == 0 else { return [] }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let copied = evbuffer_copyout_from(input, &position, &bytes, count)
+        return copied == count ? bytes : []
+    }
+
     /// Discards unread input.
     public func discardInput() {
         guard let handle else { return }
@@ -307,6 +322,26 @@ public final class BufferEvent {
         if let session = SSL_get1_session(ssl), !slot.offer(session) { SSL_SESSION_free(session) }
     }
 
+    /// The ALPN protocol this TLS connection negotiated, if any.
+    public var selectedProtocol: ALPNProtocol? {
+        guard let ssl else { return nil }
+        var bytes: UnsafePointer<UInt8>?
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &bytes, &length)
+        guard let bytes, length > 0 else { return nil }
+        return ALPNProtocol(bytes: Array(UnsafeBufferPointer(start: bytes, count: Int(length))))
+    }
+
+    /// For an upstream connection about to be dropped: processes what the server has already
+    /// sent (TLS 1.3 session tickets arrive after the handshake), so that an admitted session
+    /// can be resumed by the next connection. Application data stays unread.
+    public func takeSessionTickets() {
+        guard let ssl, SSL_is_init_finished(ssl) == 1 else { return }
+        var byte: UInt8 = 0
+        _ = SSL_peek(ssl, &byte, 1)
+        _ = drainErrorQueue()
+    }
+
     /// The SNI the client sent (server side).
     public var requestedServerName: String? {
         guard let ssl, let name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) else { return nil }
@@ -322,7 +357,7 @@ public final class BufferEvent {
                 let code = bufferevent_get_openssl_error(handle)
                 if code == 0 { break }
                 guard isOpenSSLErrorCode(code) else { continue }
-                if pp_is_protocol_version_error(code) == 1 { versionMismatch = true }
+                if TLSFailure.isProtocolVersionError(code) { versionMismatch = true }
                 var buffer = [CChar](repeating: 0, count: 256)
                 ERR_error_string_n(code, &buffer, buffer.count)
                 messages.append(String(cString: buffer))
@@ -343,6 +378,17 @@ public struct TLSFailure: Sendable, CustomStringConvertible {
 
     public var description: String {
         messages.isEmpty ? "the connection closed during the handshake" : messages.joined(separator: "; ")
+    }
+
+    /// OpenSSL's reasons for a handshake that found no TLS version both sides accept.
+    static func isProtocolVersionError(_ code: UInt) -> Bool {
+        switch pp_ERR_GET_REASON(code) {
+        case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION, SSL_R_NO_PROTOCOLS_AVAILABLE,
+             SSL_R_WRONG_SSL_VERSION, SSL_R_VERSION_TOO_LOW:
+            return true
+        default:
+            return false
+        }
     }
 }
 

@@ -20,10 +20,6 @@ public final class TLSClientContext: @unchecked Sendable {
         self.handle = handle
         SSL_CTX_set_verify(handle, SSL_VERIFY_NONE, nil)
         _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
-        let alpn: [UInt8] = [8] + Array("http/1.1".utf8)
-        guard SSL_CTX_set_alpn_protos(handle, alpn, UInt32(alpn.count)) == 0 else {
-            throw OpenSSLError.drain("SSL_CTX_set_alpn_protos")
-        }
         _ = pp_SSL_CTX_set_session_cache_mode(handle, Int(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE))
         pp_SSL_CTX_sess_set_new_cb(handle, newSessionCallback)
     }
@@ -32,10 +28,15 @@ public final class TLSClientContext: @unchecked Sendable {
         SSL_CTX_free(handle)
     }
 
-    /// A new SSL for one upstream connection.
-    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool,
+    /// A new SSL for one upstream connection, offering `alpn`.
+    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
                  resumption: SessionSlot?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
+        let wire = alpn.wire
+        guard SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0 else {
+            SSL_free(ssl)
+            throw OpenSSLError.drain("SSL_set_alpn_protos")
+        }
         _ = pp_SSL_set_min_proto_version(ssl, minimumVersion.openSSLValue)
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         if requestOCSPStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
@@ -47,9 +48,9 @@ public final class TLSClientContext: @unchecked Sendable {
     }
 }
 
-/// The server-side SSL_CTX that terminates clients' TLS with minted leaves. ALPN selects
-/// http/1.1 (the protocol spoken upstream) or nothing; a ClientHello whose SNI names another
-/// host than the one the connection is for fails with an unrecognized_name alert.
+/// The server-side SSL_CTX that terminates clients' TLS with minted leaves. ALPN selects the
+/// protocol the upstream negotiated, or nothing; a ClientHello whose SNI names another host
+/// than the one the connection is for fails with an unrecognized_name alert (`ClientHelloTerms`).
 public final class TLSServerContext: @unchecked Sendable {
     let handle: OpaquePointer
 
@@ -57,8 +58,7 @@ public final class TLSServerContext: @unchecked Sendable {
         guard let handle = SSL_CTX_new(TLS_server_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
         self.handle = handle
         _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
-        pp_SSL_CTX_select_alpn_http11(handle)
-        pp_SSL_CTX_require_server_name(handle)
+        ClientHelloTerms.install(on: handle)
     }
 
     deinit {
@@ -66,11 +66,13 @@ public final class TLSServerContext: @unchecked Sendable {
     }
 
     /// A new SSL presenting `certificate` (with `key`) to one client, which must send no SNI
-    /// or `serverName`.
-    func makeSSL(certificate: Certificate, key: PrivateKey, serverName: String?) throws -> OpaquePointer {
+    /// or `serverName`, and gets `applicationProtocol` if it offers it.
+    func makeSSL(certificate: Certificate, key: PrivateKey, serverName: String?,
+                 applicationProtocol: ALPNProtocol?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
+        let terms = ClientHelloTerms(serverName: serverName, applicationProtocol: applicationProtocol)
         guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1,
-              serverName.map({ pp_SSL_expect_server_name(ssl, $0) == 1 }) ?? true else {
+              terms.attach(to: ssl) else {
             SSL_free(ssl)
             throw OpenSSLError.drain("preparing the client-side TLS")
         }

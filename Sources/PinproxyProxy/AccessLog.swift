@@ -9,7 +9,7 @@ import PinproxyService
 public struct AccessLog: Sendable {
     /// Field names, in the order lines print them.
     public enum Field: String, CaseIterable, Sendable {
-        case time, level, event, client, host, port, entry, outcome, reason, status, detail, chain
+        case time, level, event, client, host, port, entry, outcome, reason, status, alpn, detail, chain
         case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
         case address, config, error, entries, warning
     }

@@ -4,8 +4,10 @@ import PinproxyInterop
 import PinproxyPolicy
 
 /// One client connection through its whole life: parse CONNECT → look up policy → resolve →
-/// connect → upstream TLS → evaluate → respond → intercept → relay. Each step lives in the
-/// file named after it; all of them run on the connection's worker loop.
+/// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
+/// client does not offer what the upstream negotiated, reopen the upstream with the client's
+/// offer: connect → upstream TLS → evaluate again) → relay. Each step lives in the file named
+/// after it; all of them run on the connection's worker loop.
 final class ClientConnection {
     /// Where the connection is in its life.
     enum Phase {
@@ -37,6 +39,18 @@ final class ClientConnection {
 
     var handshakeStarted: Date?
     var resumed = false
+    /// The 200 has been sent: a refusal from now on (the reopened upstream) can only cut the
+    /// client's TLS handshake off.
+    var connectAnswered = false
+    /// What the upstream is offered: `ALPNOffer.upstreamDefault`, then the client's own offer
+    /// if the upstream is reopened for it.
+    var upstreamOffer = ALPNOffer.upstreamDefault
+    /// What the upstream negotiated, which is what the client gets.
+    var upstreamProtocol: ALPNProtocol?
+    /// Reads the client's ClientHello after the 200 (`NegotiateProtocol.swift`).
+    var clientHelloReader: ClientHelloReader?
+    /// Set when the upstream was reopened for this ClientHello's offer.
+    var reopenedFor: ClientHello?
     var relayStarted: Date?
     var lastActivity: TimeInterval = 0
     var bytesUp = 0
@@ -90,7 +104,8 @@ final class ClientConnection {
             worker.shared.tunnelClosed()
             worker.shared.log.emit(.info, "tunnel-closed", [
                 (.client, client?.description ?? "-"), (.host, host.description), (.port, String(port)),
-                (.entry, entry?.name ?? "-"), (.bytesUp, String(bytesUp)), (.bytesDown, String(bytesDown)),
+                (.entry, entry?.name ?? "-"), (.alpn, upstreamProtocol?.description ?? "-"),
+                (.bytesUp, String(bytesUp)), (.bytesDown, String(bytesDown)),
                 (.duration, String(format: "%.3f", duration)), (.detail, closeReason),
             ])
         }

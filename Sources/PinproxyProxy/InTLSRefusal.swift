@@ -60,7 +60,7 @@ final class InTLSRefusal {
                       finished: @escaping (Outcome) -> Void) throws -> BufferEvent {
         client.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8))
         let tls = try client.acceptTLS(loop: loop, context: context, certificate: leaf.certificate, key: leaf.key,
-                                       serverName: serverName, bufferLimit: bufferLimit)
+                                       serverName: serverName, applicationProtocol: .http11, bufferLimit: bufferLimit)
         let responder = InTLSRefusal(loop: loop, tls: tls, page: page, timeout: timeout, finished: finished)
         responder.awaitHandshake()
         return tls

@@ -5,40 +5,63 @@ import PinproxyPolicy
 import PinproxyService
 
 extension ClientConnection {
-    /// Steps 7–8 (allowed): log the decision, answer 200, then terminate the client's TLS with a
-    /// leaf for the CONNECT host minted by the local CA. A client whose SNI names another
-    /// host fails the handshake (unrecognized_name): not a byte is relayed.
+    /// Steps 7–8 (allowed): log the decision, answer 200, then read the client's ClientHello
+    /// (`NegotiateProtocol.swift`) to settle the protocol before answering it.
     func intercept() {
-        guard let (host, _) = target, let verdict else { return }
+        guard let verdict else { return }
         teardownPhase()
+        logAdmission(note: nil)
+        phase = .clientHandshake
+        sendConnectionEstablished(verdict: verdict)
+        phaseTimer = Timer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in
+            self?.logEvent(.warning, "client-handshake-failed", detail: "the client did not finish its TLS handshake in time")
+            self?.close()
+        }
+        readClientHello()
+    }
+
+    /// The decision line (and metrics) of an admitted upstream; `note` says why it is not the first.
+    func logAdmission(note: String?) {
+        guard let verdict else { return }
         let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
-        var detail = (verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
+        var detail = ([note].compactMap { $0 } + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
-            detail = "would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")
+            detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict)
+        guard note == nil else { return }
         if let reason = verdict.reason {
             worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason)
             worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true)
         } else {
             worker.shared.metrics.connection(outcome: .allowed, reason: nil)
         }
+    }
 
+    /// Step 8c: terminate the client's TLS with a leaf for the CONNECT host minted by the local
+    /// CA, selecting the protocol the upstream negotiated. A client whose SNI names another
+    /// host fails the handshake (unrecognized_name): not a byte is relayed.
+    func acceptClientTLS() {
+        guard let (host, _) = target else { return close() }
         phase = .clientHandshake
-        sendConnectionEstablished(verdict: verdict)
+        clientHelloReader = nil
         let tls: BufferEvent
         do {
             let leaf = try worker.shared.localCA.leaf(for: host)
             tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
-                                           key: leaf.key, serverName: host.serverName, bufferLimit: config.proxy.relayBufferBytes)
+                                           key: leaf.key, serverName: host.serverName, applicationProtocol: upstreamProtocol,
+                                           bufferLimit: config.proxy.relayBufferBytes)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
             return close()
         }
         clientSide = tls
-        phaseTimer = Timer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in
-            self?.logEvent(.warning, "client-handshake-failed", detail: "the client did not finish its TLS handshake in time")
-            self?.close()
+        if phaseTimer == nil {
+            // After a reopened upstream: the client's handshake gets a full timeout again.
+            phaseTimer = Timer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in
+                self?.logEvent(.warning, "client-handshake-failed", detail: "the client did not finish its TLS handshake in time")
+                self?.close()
+            }
         }
         tls.onEvent = { [weak self] events in
             guard let self, self.phase == .clientHandshake else { return }

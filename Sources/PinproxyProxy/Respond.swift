@@ -30,9 +30,17 @@ extension ClientConnection {
 
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?) {
         guard phase != .closing, phase != .relaying else { return }
-        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict)
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        if connectAnswered {
+            // Only an upstream reopened for the client's ALPN offer is refused after the 200:
+            // the client's TLS handshake is cut off, and nothing is relayed.
+            logDecision(outcome: "refused", reason: reason, status: 200,
+                        detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
+                        verdict: verdict)
+            return close()
+        }
+        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict)
         upstream?.close()
         upstream = nil
         teardownPhase()
@@ -55,6 +63,7 @@ extension ClientConnection {
     /// says so: `Pinproxy-Verdict: insecure` (allow-insecure) and `Pinproxy-Verdict: would-refuse
     /// <reason>` (report-only).
     func sendConnectionEstablished(verdict: Verdict) {
+        connectAnswered = true
         var head = "HTTP/1.1 200 Connection established\r\n"
         if verdict.entry.policy.action == .allowInsecure { head += "Pinproxy-Verdict: insecure\r\n" }
         if case .reportOnly(let reason) = verdict.outcome { head += "Pinproxy-Verdict: would-refuse \(reason.rawValue)\r\n" }
@@ -83,6 +92,7 @@ extension ClientConnection {
         fields.append((.outcome, outcome))
         if let reason { fields.append((.reason, reason.rawValue)) }
         fields.append((.status, String(status)))
+        if verdict != nil { fields.append((.alpn, upstreamProtocol?.description ?? "-")) }
         if !detail.isEmpty { fields.append((.detail, detail)) }
         if let verdict, !verdict.presented.isEmpty {
             fields.append((.chain, verdict.presented.map { "\($0.subject) \(Pin(digest: $0.publicKeySHA256))" }.joined(separator: " | ")))

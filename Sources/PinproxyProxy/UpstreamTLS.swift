@@ -3,8 +3,9 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 5b: the upstream TLS handshake: SNI = host (none for IP literals), ALPN http/1.1,
-    /// the entry's minimum version, a staple request under `revocation = "ocsp-staple"`.
+    /// Step 5b: the upstream TLS handshake: SNI = host (none for IP literals), ALPN
+    /// `upstreamOffer` (h2, http/1.1; the client's own offer when reopened for it), the entry's
+    /// minimum version, a staple request under `revocation = "ocsp-staple"`.
     func startUpstreamTLS(socket: Int32) {
         guard let (host, _) = target, let entry else { return closeSocket(socket) }
         phase = .upstreamHandshake
@@ -15,7 +16,7 @@ extension ClientConnection {
             upstream = try BufferEvent.connectTLS(loop: worker.loop, socket: socket, context: worker.shared.upstreamTLS,
                                                   serverName: host.serverName,
                                                   minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
-                                                  requestOCSPStaple: requestStaple,
+                                                  requestOCSPStaple: requestStaple, alpn: upstreamOffer,
                                                   sessions: requestStaple ? nil : worker.shared.sessions, sessionKey: sessionKey)
         } catch {
             return refuse(.handshakeFailed, "cannot start TLS: \(error)")

@@ -58,20 +58,8 @@ EVP_PKEY *pp_EVP_EC_gen_p256(void);
 // ERR_GET_REASON is an inline function over a macro mask.
 int pp_ERR_GET_REASON(unsigned long error);
 
-// The TLS version of a failing handshake classifies as "tls-version" for these reasons.
-int pp_is_protocol_version_error(unsigned long error);
-
-// The ALPN selector picks http/1.1.
-void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx);
-
-// SSL_CTX_set_tlsext_servername_callback is a macro. The callback installed here refuses a
-// ClientHello whose SNI differs (case-insensitively, one trailing dot ignored) from the name
-// set with pp_SSL_expect_server_name, with an unrecognized_name alert; no name set, or no SNI
-// sent, is accepted. The first call (at start-up, before any thread) allocates the ex_data slot.
-void pp_SSL_CTX_require_server_name(SSL_CTX *ctx);
-
-// Stores a copy of `name` in the SSL's own ex_data slot; it is freed with the SSL.
-int pp_SSL_expect_server_name(SSL *ssl, const char *name);
+// SSL_CTX_set_tlsext_servername_callback is a macro over SSL_CTX_callback_ctrl.
+void pp_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *ctx, int (*callback)(SSL *, int *, void *));
 
 // SSL_CTX_sess_set_new_cb with a Swift-provided callback (a plain function pointer).
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *));

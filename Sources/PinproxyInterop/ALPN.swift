@@ -1,0 +1,81 @@
+import Glibc
+import COpenSSL
+
+/// One ALPN protocol identifier (RFC 7301): 1 to 255 bytes, compared byte for byte.
+public struct ALPNProtocol: Hashable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init?(bytes: [UInt8]) {
+        guard (1...255).contains(bytes.count) else { return nil }
+        self.bytes = bytes
+    }
+
+    public static let h2 = ALPNProtocol(bytes: Array("h2".utf8))!
+    public static let http11 = ALPNProtocol(bytes: Array("http/1.1".utf8))!
+
+    /// The identifier as text (the log escapes what needs it).
+    public var description: String { String(decoding: bytes, as: UTF8.self) }
+}
+
+/// An ordered ALPN offer, as a client sends it.
+public struct ALPNOffer: Hashable, Sendable, CustomStringConvertible {
+    public let protocols: [ALPNProtocol]
+
+    public init(_ protocols: [ALPNProtocol]) {
+        self.protocols = protocols
+    }
+
+    /// Reads the wire form: a list of length-prefixed identifiers (the ALPN extension's body
+    /// after its own two-byte length). Nil when it is malformed or empty.
+    init?(wire: UnsafeBufferPointer<UInt8>) {
+        var protocols: [ALPNProtocol] = []
+        var index = 0
+        while index < wire.count {
+            let length = Int(wire[index])
+            guard length > 0, index + 1 + length <= wire.count,
+                  let name = ALPNProtocol(bytes: Array(wire[(index + 1)..<(index + 1 + length)])) else { return nil }
+            protocols.append(name)
+            index += 1 + length
+        }
+        guard !protocols.isEmpty else { return nil }
+        self.protocols = protocols
+    }
+
+    /// The wire form SSL_set_alpn_protos takes.
+    var wire: [UInt8] {
+        protocols.flatMap { [UInt8($0.bytes.count)] + $0.bytes }
+    }
+
+    public var description: String { protocols.map(\.description).joined(separator: ",") }
+
+    /// What pinproxy offers every upstream first: h2, then http/1.1. Most clients offer both,
+    /// so whichever the server picks is one they accept.
+    public static let upstreamDefault = ALPNOffer([.h2, .http11])
+
+    /// What an upstream is offered for a client that offers no ALPN: http/1.1, the protocol
+    /// such a client speaks.
+    public static let noClientOffer = ALPNOffer([.http11])
+}
+
+/// Whether the client can be given what the upstream negotiated, so that both sides of a
+/// tunnel speak the same protocol.
+public enum ALPNAgreement {
+    /// True when a client that offers `clientOffer` (nil: no ALPN extension) can be given
+    /// exactly what the upstream negotiated (`upstream`, nil: none) in answer to `upstreamOffer`:
+    /// - the upstream chose a protocol the client offers (the client gets it);
+    /// - the upstream chose none, and the client offers nothing the upstream was not already
+    ///   offered (asked again, it would choose none again; the client gets none);
+    /// - the client offers no ALPN, and the upstream chose none or http/1.1 (what such a
+    ///   client speaks; it gets no ALPN).
+    /// Otherwise the upstream must be asked again with the client's own offer.
+    public static func carries(upstream: ALPNProtocol?, upstreamOffer: ALPNOffer, clientOffer: ALPNOffer?) -> Bool {
+        guard let clientOffer else { return upstream == nil || upstream == .http11 }
+        guard let upstream else { return Set(clientOffer.protocols).isSubset(of: upstreamOffer.protocols) }
+        return clientOffer.protocols.contains(upstream)
+    }
+
+    /// What the upstream is offered when it must be asked again for this client.
+    public static func reopenOffer(for clientOffer: ALPNOffer?) -> ALPNOffer {
+        clientOffer ?? .noClientOffer
+    }
+}

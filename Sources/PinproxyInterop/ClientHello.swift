@@ -1,0 +1,185 @@
+import Glibc
+import COpenSSL
+import CPinproxyShims
+
+/// What pinproxy needs from a client's ClientHello before it answers it.
+public struct ClientHello: Sendable {
+    /// The client's ALPN offer; nil when it sent no ALPN extension.
+    public let alpn: ALPNOffer?
+}
+
+/// Reads a client's ClientHello from the bytes buffered on its connection, without consuming
+/// them: OpenSSL parses them on a throwaway SSL (memory BIOs) whose ClientHello callback
+/// records the offer and stops the handshake there. The real handshake then reads the same
+/// bytes. Used to learn the client's ALPN offer while the upstream can still be asked again.
+public final class ClientHelloReader {
+    /// Where reading stands.
+    public enum Progress {
+        /// More bytes are needed.
+        case incomplete
+        case hello(ClientHello)
+        /// Not a ClientHello OpenSSL accepts (or one larger than `maximumBytes`): the real
+        /// handshake will fail on it, and report why.
+        case unreadable
+    }
+
+    /// More than this without a complete ClientHello is unreadable.
+    public static let maximumBytes = 256 * 1024
+
+    private let ssl: OpaquePointer
+    private let input: OpaquePointer
+    private var fed = 0
+    private var hello: ClientHello?
+    private var malformed = false
+
+    public init() throws {
+        guard let context = probeContext else { throw OpenSSLError(operation: "the ClientHello reader has no SSL_CTX", messages: []) }
+        guard let ssl = SSL_new(context.handle) else { throw OpenSSLError.drain("SSL_new") }
+        guard let input = BIO_new(BIO_s_mem()), let output = BIO_new(BIO_s_mem()) else {
+            SSL_free(ssl)
+            throw OpenSSLError.drain("BIO_new")
+        }
+        SSL_set_bio(ssl, input, output)
+        SSL_set_accept_state(ssl)
+        self.ssl = ssl
+        self.input = input
+        _ = pp_SSL_set_app_data(ssl, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    deinit {
+        SSL_free(ssl)
+    }
+
+    /// Feeds the bytes `connection` received since the last call, and says where reading stands.
+    public func read(from connection: BufferEvent) -> Progress {
+        if let hello { return .hello(hello) }
+        let bytes = connection.copyInput(from: fed, maxLength: Self.maximumBytes + 1 - fed)
+        if !bytes.isEmpty {
+            guard BIO_write(input, bytes, Int32(bytes.count)) == Int32(bytes.count) else {
+                _ = drainErrorQueue()
+                return .unreadable
+            }
+            fed += bytes.count
+        }
+        let result = SSL_do_handshake(ssl)
+        let error = SSL_get_error(ssl, result)
+        _ = drainErrorQueue()
+        if let hello { return .hello(hello) }
+        guard !malformed, error == SSL_ERROR_WANT_READ, fed <= Self.maximumBytes else { return .unreadable }
+        return .incomplete
+    }
+
+    /// Called by OpenSSL once the whole ClientHello has arrived.
+    fileprivate func received(_ ssl: OpaquePointer) {
+        var body: UnsafePointer<UInt8>?
+        var length = 0
+        guard SSL_client_hello_get0_ext(ssl, UInt32(TLSEXT_TYPE_application_layer_protocol_negotiation), &body, &length) == 1 else {
+            hello = ClientHello(alpn: nil)
+            return
+        }
+        // The extension's body: a two-byte length, then the list.
+        let extensionBody = UnsafeBufferPointer(start: body, count: length)
+        guard length >= 2, Int(extensionBody[0]) << 8 | Int(extensionBody[1]) == length - 2,
+              let offer = ALPNOffer(wire: UnsafeBufferPointer(rebasing: extensionBody[2...])) else {
+            malformed = true
+            return
+        }
+        hello = ClientHello(alpn: offer)
+    }
+}
+
+/// The SSL_CTX of the ClientHello readers. Its callback runs before anything else the server
+/// side does with a ClientHello, so it needs no certificate.
+private final class ProbeContext: @unchecked Sendable {
+    let handle: OpaquePointer
+
+    init?() {
+        guard let handle = SSL_CTX_new(TLS_server_method()) else { return nil }
+        self.handle = handle
+        SSL_CTX_set_client_hello_cb(handle, { ssl, _, _ in
+            guard let ssl, let reader = pp_SSL_get_app_data(ssl) else { return SSL_CLIENT_HELLO_ERROR }
+            Unmanaged<ClientHelloReader>.fromOpaque(reader).takeUnretainedValue().received(ssl)
+            return SSL_CLIENT_HELLO_RETRY
+        }, nil)
+    }
+}
+
+private let probeContext = ProbeContext()
+
+// MARK: - The intercepting handshake's answers to a ClientHello
+
+/// What one intercepted client must send and will get: the SNI it may send (nil: any) and the
+/// ALPN protocol selected for it (the one the upstream negotiated; nil: none). Held by the
+/// client-side SSL in its own ex_data slot, and released when OpenSSL frees that SSL.
+final class ClientHelloTerms {
+    /// The expected SNI: lowercase ASCII, no trailing dot.
+    let serverName: [UInt8]?
+    let applicationProtocol: ALPNProtocol?
+
+    init(serverName: String?, applicationProtocol: ALPNProtocol?) {
+        self.serverName = serverName.map { Array($0.lowercased().utf8) }
+        self.applicationProtocol = applicationProtocol
+    }
+
+    /// Attaches these terms to `ssl` (which then owns a reference).
+    func attach(to ssl: OpaquePointer) -> Bool {
+        let retained = Unmanaged.passRetained(self)
+        guard SSL_set_ex_data(ssl, clientHelloTermsIndex, retained.toOpaque()) == 1 else {
+            retained.release()
+            return false
+        }
+        return true
+    }
+
+    static func of(_ ssl: OpaquePointer?) -> ClientHelloTerms? {
+        guard let ssl, let pointer = SSL_get_ex_data(ssl, clientHelloTermsIndex) else { return nil }
+        return Unmanaged<ClientHelloTerms>.fromOpaque(pointer).takeUnretainedValue()
+    }
+
+    /// Installs the SNI check and the ALPN selection on a server context.
+    static func install(on context: OpaquePointer) {
+        pp_SSL_CTX_set_tlsext_servername_callback(context) { ssl, alert, _ in
+            guard let terms = ClientHelloTerms.of(ssl) else { return SSL_TLSEXT_ERR_OK }
+            if terms.acceptsServerName(ssl.flatMap { SSL_get_servername($0, TLSEXT_NAMETYPE_host_name) }) { return SSL_TLSEXT_ERR_OK }
+            alert?.pointee = SSL_AD_UNRECOGNIZED_NAME
+            return SSL_TLSEXT_ERR_ALERT_FATAL
+        }
+        SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
+            guard let terms = ClientHelloTerms.of(ssl), let wanted = terms.applicationProtocol, let offered,
+                  let range = ClientHelloTerms.find(wanted, in: UnsafeBufferPointer(start: offered, count: Int(offeredLength))) else {
+                return SSL_TLSEXT_ERR_NOACK
+            }
+            out?.pointee = offered + range.lowerBound
+            outLength?.pointee = UInt8(range.count)
+            return SSL_TLSEXT_ERR_OK
+        }, nil)
+    }
+
+    /// A client that sends no SNI is accepted; one that does must name the expected host
+    /// (ASCII case-insensitively, one trailing dot ignored).
+    private func acceptsServerName(_ sent: UnsafePointer<CChar>?) -> Bool {
+        guard let serverName, let sent else { return true }
+        var name = Array(String(cString: sent).utf8)
+        if name.last == UInt8(ascii: ".") { name.removeLast() }
+        return name.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 } == serverName
+    }
+
+    /// Where `wanted` sits in a client's wire-format offer (the identifier's bytes).
+    private static func find(_ wanted: ALPNProtocol, in offer: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        var index = 0
+        while index < offer.count {
+            let length = Int(offer[index])
+            let range = (index + 1)..<(index + 1 + length)
+            guard range.upperBound <= offer.count else { return nil }
+            if offer[range].elementsEqual(wanted.bytes) { return range }
+            index = range.upperBound
+        }
+        return nil
+    }
+}
+
+/// The ex_data slot of `ClientHelloTerms`; OpenSSL releases the reference when it frees the SSL.
+private let clientHelloTermsIndex: Int32 = CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, nil, nil, nil) { _, pointer, _, _, _, _ in
+    guard let pointer else { return }
+    Unmanaged<ClientHelloTerms>.fromOpaque(pointer).release()
+}
