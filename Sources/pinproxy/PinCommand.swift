@@ -66,18 +66,22 @@ struct PinCommand: ParsableCommand {
             print("# [\(index)]")
             Self.printCertificate(certificate, prefix: "#   ")
         }
-        let pinned = result.chain.filter { !$0.isSelfIssued }
         print("")
-        print("[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]")
-        print("pin = \"public-key\"")
-        print("pins = [")
-        for (index, certificate) in (pinned.isEmpty ? Array(result.chain.prefix(1)) : pinned).enumerated() {
+        print(Self.hostBlock(host: host, port: port, chain: result.chain))
+    }
+
+    /// A ready-to-paste `[hosts."HOST"]` block pinning the keys of a presented chain (roots left out).
+    static func hostBlock(host: TargetHost, port: UInt16, chain: [Certificate]) -> String {
+        let pinned = chain.filter { !$0.isSelfIssued }
+        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]", "pin = \"public-key\"", "pins = ["]
+        for (index, certificate) in (pinned.isEmpty ? Array(chain.prefix(1)) : pinned).enumerated() {
             let role = index == 0 ? "leaf" : "intermediate"
-            print("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
+            lines.append("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
         }
-        print("  # add the pin of a backup key here")
-        print("]")
-        if port != 443 { print("ports = [\(port)]") }
+        lines.append("  # add the pin of a backup key here")
+        lines.append("]")
+        if port != 443 { lines.append("ports = [\(port)]") }
+        return lines.joined(separator: "\n")
     }
 
     static func printCertificate(_ certificate: Certificate, prefix: String = "  ") {

@@ -7,7 +7,7 @@ struct Pinproxy: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pinproxy",
         abstract: "A local proxy that enforces TLS certificate and public-key pinning for any HTTP client.",
-        subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, EvaluateCommand.self, CACommand.self, SuggestCommand.self]
+        subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, EvaluateCommand.self, CACommand.self, SuggestCommand.self, DiagnoseCommand.self]
     )
 
     /// Runs the command; usage errors exit 2, as every pinproxy command documents.
