@@ -42,16 +42,16 @@ struct DiagnoseCommand: ParsableCommand {
         }
         let (address, connectPort) = try destination(host: host, port: port, config: loaded)
         let serverName = host.serverName
-        func probe(_ version: TLSProbe.Version?, alpn: [String] = [], staple: Bool = false) -> Result<TLSProbe.Handshake, Error> {
-            Result { try TLSProbe.handshake(host: address, port: connectPort, serverName: serverName, version: version,
-                                            alpn: alpn, requestStaple: staple, timeout: timeout) }
+        func probe(_ version: BlockingTLSConnection.Version?, alpn: [String] = [], staple: Bool = false) -> Result<BlockingTLSConnection, Error> {
+            Result { try BlockingTLSConnection(host: address, port: connectPort, serverName: serverName, version: version,
+                                               alpn: alpn, requestStaple: staple, timeout: timeout) }
         }
 
         print("pinproxy diagnose \(host):\(port) (connecting to \(Self.literal(address)):\(connectPort), SNI \(serverName ?? "none"))")
         print("")
         print("protocols:")
-        var accepted: [TLSProbe.Version] = []
-        for version in TLSProbe.Version.allCases {
+        var accepted: [BlockingTLSConnection.Version] = []
+        for version in BlockingTLSConnection.Version.allCases {
             switch probe(version) {
             case .success(let handshake):
                 accepted.append(version)
@@ -72,8 +72,8 @@ struct DiagnoseCommand: ParsableCommand {
         print("ALPN: " + alpnLines.joined(separator: ", ") + (alpnLines.allSatisfy { $0.hasSuffix("not accepted") } ? " (the server selects no protocol)" : ""))
 
         let entry = try loaded.map { $0.policies.lookup(host) } ?? Self.systemEntry(port: port)
-        let minimum: TLSProbe.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
-        let main: TLSProbe.Handshake
+        let minimum: BlockingTLSConnection.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
+        let main: BlockingTLSConnection
         switch probe(minimum, alpn: ["h2", "http/1.1"], staple: true) {
         case .success(let handshake): main = handshake
         case .failure(let error):
