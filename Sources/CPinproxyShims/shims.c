@@ -21,6 +21,7 @@ void *pp_X509_STORE_CTX_get_app_data(X509_STORE_CTX *ctx) { return X509_STORE_CT
 long pp_SSL_set_tlsext_host_name(SSL *ssl, const char *name) { return SSL_set_tlsext_host_name(ssl, name); }
 long pp_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) { return SSL_CTX_set_min_proto_version(ctx, version); }
 long pp_SSL_set_min_proto_version(SSL *ssl, int version) { return SSL_set_min_proto_version(ssl, version); }
+long pp_SSL_CTX_set_max_proto_version(SSL_CTX *ctx, int version) { return SSL_CTX_set_max_proto_version(ctx, version); }
 long pp_SSL_set_tlsext_status_type_ocsp(SSL *ssl) { return SSL_set_tlsext_status_type(ssl, TLSEXT_STATUSTYPE_ocsp); }
 long pp_SSL_get_tlsext_status_ocsp_resp(SSL *ssl, const unsigned char **resp) {
     return SSL_get_tlsext_status_ocsp_resp(ssl, resp);

@@ -90,20 +90,24 @@ struct PinCommand: ParsableCommand {
             print("# [\(index)]")
             Self.printCertificate(certificate, prefix: "#   ")
         }
-        let pinned = result.chain.filter { !$0.isSelfIssued }
         print("")
-        print("[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]")
-        for line in try trustLines(for: result.chain, host: host) { print(line) }
-        print("pin = \"public-key\"")
-        print("pins = [")
-        for (index, certificate) in (pinned.isEmpty ? Array(result.chain.prefix(1)) : pinned).enumerated() {
-            let role = index == 0 ? "leaf" : "intermediate"
-            print("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
-        }
-        print("  # add the pin of a backup key here")
-        print("]")
-        if port != 443 { print("ports = [\(port)]") }
+        print(Self.hostBlock(host: host, port: port, chain: result.chain, trust: try trustLines(for: result.chain, host: host)))
         if result.incompleteHandshake != nil { throw ExitCode(1) }
+    }
+
+    /// A ready-to-paste `[hosts."HOST"]` block pinning the keys of a presented chain (roots left
+    /// out), with `trust` lines after its header.
+    static func hostBlock(host: TargetHost, port: UInt16, chain: [Certificate], trust: [String]) -> String {
+        let pinned = chain.filter { !$0.isSelfIssued }
+        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + trust + ["pin = \"public-key\"", "pins = ["]
+        for (index, certificate) in (pinned.isEmpty ? Array(chain.prefix(1)) : pinned).enumerated() {
+            let role = index == 0 ? "leaf" : "intermediate"
+            lines.append("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
+        }
+        lines.append("  # add the pin of a backup key here")
+        lines.append("]")
+        if port != 443 { lines.append("ports = [\(port)]") }
+        return lines.joined(separator: "\n")
     }
 
     static func printCertificate(_ certificate: Certificate, prefix: String = "  ") {

@@ -61,6 +61,11 @@ extension PinCommand {
     /// the system store; otherwise a `trust` list naming the top certificate the server
     /// presented (its root, or the intermediate closest to it), which `--save-anchor` writes.
     func trustLines(for chain: [Certificate], host: TargetHost) throws -> [String] {
+        try Self.trustLines(for: chain, host: host, saveAnchor: saveAnchor)
+    }
+
+    /// `trustLines(for:host:)`, with the file `--save-anchor` names (if any).
+    static func trustLines(for chain: [Certificate], host: TargetHost, saveAnchor: String?) throws -> [String] {
         guard let leaf = chain.first else { return [] }
         let intermediates = Array(chain.dropFirst())
         let now = Date()

@@ -37,6 +37,7 @@ void *pp_X509_STORE_CTX_get_app_data(X509_STORE_CTX *ctx);
 long pp_SSL_set_tlsext_host_name(SSL *ssl, const char *name);
 long pp_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version);
 long pp_SSL_set_min_proto_version(SSL *ssl, int version);
+long pp_SSL_CTX_set_max_proto_version(SSL_CTX *ctx, int version);
 long pp_SSL_set_tlsext_status_type_ocsp(SSL *ssl);
 long pp_SSL_get_tlsext_status_ocsp_resp(SSL *ssl, const unsigned char **resp);
 long pp_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode);

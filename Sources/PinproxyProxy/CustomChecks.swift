@@ -1,0 +1,84 @@
+import Dispatch
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+import Synchronization
+
+/// Runs entries' `verify_command`s for the workers: never on an event loop. At most
+/// `concurrency` commands run at once, at most `queueLimit` wait (more are refused at once as
+/// `custom-check`), each is killed after `timeout`, and answers are cached per (chain, host,
+/// port, command) for `cacheSeconds`.
+public final class CustomChecks: Sendable {
+    struct Key: Hashable, Sendable {
+        let chain: [[UInt8]]
+        let host: String
+        let port: UInt16
+        let command: [String]
+    }
+
+    private struct State {
+        var cache: [Key: (result: CustomCheckResult, expires: TimeInterval)] = [:]
+        var waiting = 0
+    }
+
+    private let state = Mutex<State>(State())
+    private let slots: DispatchSemaphore
+    private let queue = DispatchQueue(label: "pinproxy.verify-command", attributes: .concurrent)
+    private let timeout: TimeInterval
+    private let cacheSeconds: TimeInterval
+    private let queueLimit: Int
+
+    init(concurrency: Int, timeout: TimeInterval, cacheSeconds: TimeInterval, queueLimit: Int = 256) {
+        slots = DispatchSemaphore(value: max(1, concurrency))
+        self.timeout = timeout
+        self.cacheSeconds = cacheSeconds
+        self.queueLimit = queueLimit
+    }
+
+    /// Checks `chain` (the verified chain, leaf first) for `host`:`port` with `command`, and calls
+    /// `done` on `loop` with the answer.
+    func check(_ command: [String], chain: [Certificate], host: TargetHost, port: UInt16, on loop: EventLoop,
+               done: @escaping @Sendable (CustomCheckResult) -> Void) {
+        let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let key = Key(chain: chain.map(\.der), host: name, port: port, command: command)
+        let now = ProcessLimits.monotonicSeconds()
+        let cached: CustomCheckResult? = state.withLock { state in
+            if let hit = state.cache[key], hit.expires > now { return hit.result }
+            guard state.waiting < queueLimit else {
+                return CustomCheckResult(passed: false, detail: "verify_command was not run: \(queueLimit) checks are already waiting")
+            }
+            state.waiting += 1
+            return nil
+        }
+        if let cached { return loop.post { done(cached) } }
+        let input = Array(chain.map(\.pem).joined().utf8)
+        queue.async { [self] in
+            slots.wait()
+            let result = Self.run(command, host: name, port: port, input: input, timeout: timeout)
+            slots.signal()
+            let expires = ProcessLimits.monotonicSeconds() + cacheSeconds
+            state.withLock { state in
+                state.waiting -= 1
+                if state.cache.count >= 10_000 { state.cache = state.cache.filter { $0.value.expires > expires - cacheSeconds } }
+                if cacheSeconds > 0 { state.cache[key] = (result, expires) }
+            }
+            loop.post { done(result) }
+        }
+    }
+
+    /// Runs `command` once, blocking; also what `pinproxy evaluate` calls.
+    public static func run(_ command: [String], host: String, port: UInt16, input: [UInt8], timeout: TimeInterval) -> CustomCheckResult {
+        let environment = ["PINPROXY_HOST": host, "PINPROXY_PORT": String(port),
+                           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        do {
+            let outcome = try ChildProcess.run(command, environment: environment, input: input, timeout: timeout)
+            if outcome.exitStatus == 0 && !outcome.timedOut { return CustomCheckResult(passed: true, detail: "") }
+            let said = outcome.firstErrorLine.map { ": \($0)" } ?? ""
+            if outcome.timedOut { return CustomCheckResult(passed: false, detail: "\(command[0]) did not answer within \(formatSeconds(timeout))\(said)") }
+            if let signal = outcome.signal { return CustomCheckResult(passed: false, detail: "\(command[0]) was killed by signal \(signal)\(said)") }
+            return CustomCheckResult(passed: false, detail: "\(command[0]) exited with status \(outcome.exitStatus ?? -1)\(said)")
+        } catch {
+            return CustomCheckResult(passed: false, detail: "\(error)")
+        }
+    }
+}

@@ -1,0 +1,206 @@
+import ArgumentParser
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+
+/// `pinproxy diagnose`: one screen about a live server — the TLS versions and ALPN protocols it
+/// accepts, the chain it sends, and (with `--config`) each check of the entry that applies to it.
+struct DiagnoseCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "diagnose",
+        abstract: "Probe a live server: TLS versions, ciphers, ALPN, the chain as sent, and the policy's verdict.",
+        discussion: """
+            Direct connections (SNI = HOST); with --config, its [resolve] is honoured and the entry that \
+            matches HOST is checked the way the daemon checks it. Exit 0 when the policy would allow (without \
+            --config: when the chain verifies for HOST against the system store), 1 otherwise, 2 on usage errors.
+            """
+    )
+
+    @Argument(help: ArgumentHelp("The server, port 443 by default.", valueName: "HOST[:PORT]"))
+    var target: String
+
+    @Option(name: .long, help: ArgumentHelp("The config whose [resolve] and entry apply.", valueName: "FILE"))
+    var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("Connect to this address instead (SNI stays HOST).", valueName: "ADDRESS[:PORT]"))
+    var connectTo: String?
+
+    @Option(name: .long, help: "Seconds to wait for each connection and handshake.")
+    var timeout: Double = 10
+
+    func run() throws {
+        guard let (host, port) = PinCommand.splitHostPort(target) else {
+            throw ValidationError("HOST[:PORT] expected (IPv6 in brackets), not \"\(target)\"")
+        }
+        guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+        var loaded: Config?
+        if let config {
+            do { loaded = try ConfigLoader.load(path: config) } catch {
+                for diagnostic in error.diagnostics { printError(diagnostic.description) }
+                throw ExitCode(2)
+            }
+        }
+        let (address, connectPort) = try destination(host: host, port: port, config: loaded)
+        let serverName = host.serverName
+        func probe(_ version: BlockingTLSConnection.Version?, alpn: [String] = [], staple: Bool = false) -> Result<BlockingTLSConnection, Error> {
+            Result { try BlockingTLSConnection(host: address, port: connectPort, serverName: serverName, version: version,
+                                               alpn: alpn, requestStaple: staple, timeout: timeout) }
+        }
+
+        print("pinproxy diagnose \(host):\(port) (connecting to \(Self.literal(address)):\(connectPort), SNI \(serverName ?? "none"))")
+        print("")
+        print("protocols:")
+        var accepted: [BlockingTLSConnection.Version] = []
+        for version in BlockingTLSConnection.Version.allCases {
+            switch probe(version) {
+            case .success(let handshake):
+                accepted.append(version)
+                let flag = version.isDeprecated ? "  ! deprecated: disable it on the server" : ""
+                print("  \(version.rawValue)  accepted  \(handshake.cipher)  \(handshake.forwardSecrecy ? "forward secrecy" : "NO forward secrecy")\(flag)")
+            case .failure(let error):
+                print("  \(version.rawValue)  refused   (\(Self.brief(error)))")
+            }
+        }
+        var alpnLines: [String] = []
+        for protocolName in ["h2", "http/1.1"] {
+            if case .success(let handshake) = probe(nil, alpn: [protocolName]), handshake.alpn == protocolName {
+                alpnLines.append("\(protocolName) accepted")
+            } else {
+                alpnLines.append("\(protocolName) not accepted")
+            }
+        }
+        print("ALPN: " + alpnLines.joined(separator: ", ") + (alpnLines.allSatisfy { $0.hasSuffix("not accepted") } ? " (the server selects no protocol)" : ""))
+
+        let entry = try loaded.map { $0.policies.lookup(host) } ?? Self.systemEntry(port: port)
+        let minimum: BlockingTLSConnection.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
+        let main: BlockingTLSConnection
+        switch probe(minimum, alpn: ["h2", "http/1.1"], staple: true) {
+        case .success(let handshake): main = handshake
+        case .failure(let error):
+            print("")
+            print("no TLS handshake at or above TLS \(entry.policy.minTLS.rawValue): \(error)")
+            print("verdict: refuse: \(accepted.isEmpty ? RefusalReason.handshakeFailed.rawValue : RefusalReason.tlsVersion.rawValue)")
+            throw ExitCode(1)
+        }
+        print("OCSP staple: " + (main.ocspStaple.map { "sent (\($0.count) bytes)" } ?? "not sent"))
+        let verdict = TrustEvaluator.evaluate(.init(chain: main.chain, ocspStaple: main.ocspStaple),
+                                              host: host, port: port, entry: entry, at: Date())
+        print("")
+        printChain(main.chain, verdict: verdict)
+        print("")
+        printChecks(verdict, entry: entry, negotiated: main.version, configured: loaded != nil)
+        print("")
+        let trust = loaded == nil ? try PinCommand.trustLines(for: main.chain, host: host, saveAnchor: nil) : []
+        print(PinCommand.hostBlock(host: host, port: port, chain: main.chain, trust: trust))
+        if !verdict.allowsConnection { throw ExitCode(1) }
+    }
+
+    /// The address to connect to: `--connect-to`, else the config's `[resolve]`, else HOST.
+    func destination(host: TargetHost, port: UInt16, config: Config?) throws -> (String, UInt16) {
+        if let connectTo {
+            if let address = IPAddress(connectTo.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
+                return (address.description, port)
+            }
+            guard let (target, connectPort) = PinCommand.splitHostPort(connectTo) else {
+                throw ValidationError("--connect-to takes ADDRESS or ADDRESS:PORT, not \"\(connectTo)\"")
+            }
+            return (Self.bare(target), connectPort)
+        }
+        if case .name(let name) = host, let addresses = config?.resolve[name], let first = addresses.first {
+            return (first.description, port)
+        }
+        return (Self.bare(host), port)
+    }
+
+    func printChain(_ chain: [Certificate], verdict: Verdict) {
+        let now = Date()
+        print("chain as sent: \(chain.count) certificate(s)")
+        for (index, certificate) in chain.enumerated() {
+            let days = Int((certificate.notAfter.timeIntervalSince(now) / 86_400).rounded(.down))
+            print("  [\(index)] \(certificate.subject)")
+            print("      issuer: \(certificate.issuer)")
+            print("      key: \(certificate.publicKeyDescription)  expires: \(rfc3339(certificate.notAfter)) (\(days < 0 ? "EXPIRED \(-days) day(s) ago" : "in \(days) day(s)"))")
+            print("      public-key: \(Pin(digest: certificate.publicKeySHA256))")
+            print("      certificate: \(Pin(digest: certificate.certificateSHA256))")
+        }
+        let misordered = chain.indices.dropLast().filter { !chain[$0].isIssued(by: chain[$0 + 1]) }
+        print("  order: " + (misordered.isEmpty ? "leaf first, each certificate issued by the next"
+                                                 : "NOT in order: " + misordered.map { "[\($0 + 1)] did not issue [\($0)]" }.joined(separator: "; ")))
+        let rootSent = chain.count > 1 && chain.last!.isSelfIssued
+        print("  root included: " + (rootSent ? "yes (servers need not send it)" : "no"))
+        if let last = chain.last {
+            let chainFailed = verdict.failures.contains { $0.reason == .untrustedChain }
+            if last.isSelfIssued || (!verdict.verified.isEmpty && !chainFailed) {
+                print("  complete: yes" + (verdict.verified.last.map { " (ends at \($0.subject))" } ?? ""))
+            } else {
+                print("  complete: no, or not to an anchor of this policy: \(last.issuer), the issuer of [\(chain.count - 1)], was not sent")
+            }
+        }
+    }
+
+    func printChecks(_ verdict: Verdict, entry: PolicyEntry, negotiated: String, configured: Bool) {
+        let policy = entry.policy
+        let reasons = Set(verdict.failures.map(\.reason))
+        func details(_ wanted: Set<RefusalReason>) -> String {
+            verdict.failures.filter { wanted.contains($0.reason) }.map(\.description).joined(separator: "; ")
+        }
+        func line(_ check: String, _ state: String, _ text: String) {
+            print("  \(check.padding(toLength: 11, withPad: " ", startingAt: 0)) \(state.padding(toLength: 11, withPad: " ", startingAt: 0)) \(text)")
+        }
+        print(configured ? "policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") : "policy: none given; the system trust store and the host name")
+        let request: Set<RefusalReason> = [.hostDenied, .portDenied]
+        if !reasons.isDisjoint(with: request) { line("request", "FAIL", details(request)) }
+        if policy.action == .allowInsecure {
+            line("checks", "skipped", "action = \"allow-insecure\": the daemon checks nothing for this host")
+        } else {
+            let chain: Set<RefusalReason> = [.untrustedChain, .certificateExpired, .certificateNotYetValid]
+            if case .none = policy.trust {
+                line("trust", "not checked", "trust = \"none\": only the pinned leaf protects this entry")
+            } else if reasons.isDisjoint(with: chain) {
+                line("trust", "pass", "verified to \(verdict.verified.last?.subject ?? "-") (trust \(policy.trust.name))")
+            } else {
+                line("trust", "FAIL", details(chain))
+            }
+            if !policy.validateHost {
+                line("host name", "not checked", "validate_host = false")
+            } else {
+                line("host name", reasons.contains(.hostnameMismatch) ? "FAIL" : "pass",
+                     reasons.contains(.hostnameMismatch) ? details([.hostnameMismatch]) : "\(verdict.presented.first?.subjectAlternativeNames.joined(separator: ", ") ?? "") covers the host")
+            }
+            switch verdict.pinCheck {
+            case .notPinned: line("pins", "none", "the entry pins nothing")
+            case .expired(let date): line("pins", "not checked", "the pins expired after \(date)")
+            case .matched(let pin, let position): line("pins", "pass", "\(pin) matched [\(position)] \(verdict.verified[position].subject)")
+            case .noMatch: line("pins", "FAIL", details([.pinMismatch]))
+            case .notReached: line("pins", "not checked", "the checks before them failed")
+            }
+            let revocation: Set<RefusalReason> = [.revoked, .revocationUnknown]
+            if case .off = policy.revocation {
+                line("revocation", "off", "")
+            } else {
+                line("revocation", reasons.isDisjoint(with: revocation) ? "pass" : "FAIL",
+                     reasons.isDisjoint(with: revocation) ? policy.revocation.name : details(revocation))
+            }
+            line("min_tls", "pass", "\(policy.minTLS.rawValue): negotiated \(negotiated)")
+        }
+        print("verdict: \(verdict.summary)")
+    }
+
+    /// The `[default]` that `diagnose` applies without a config: the system store, the name checked.
+    static func systemEntry(port: UInt16) throws -> PolicyEntry {
+        PolicyEntry(pattern: nil, name: "system store", line: 0, policy: try HostPolicy(.init(trust: .system(try TrustStore.system()), ports: [port])))
+    }
+
+    static func bare(_ host: TargetHost) -> String {
+        host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+    }
+
+    static func literal(_ address: String) -> String {
+        address.contains(":") ? "[\(address)]" : address
+    }
+
+    static func brief(_ error: Error) -> String {
+        let text = "\(error)"
+        return text.count > 160 ? String(text.prefix(157)) + "..." : text
+    }
+}

@@ -1,0 +1,81 @@
+import ArgumentParser
+import Foundation
+import PinproxyPolicy
+
+/// `pinproxy suggest`: learns a pin policy from the daemon's decision lines.
+struct SuggestCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "suggest",
+        abstract: "Print a [hosts.\"HOST\"] block per host, pinning every public key seen in the decision log.",
+        discussion: """
+            Reads decision lines (logfmt or JSON) from FILEs or standard input, e.g.
+            journalctl -u pinproxy -o cat | pinproxy suggest. Only chains the daemon verified are
+            learned: allowed connections, and report-only ones refused for a pin or revocation
+            status alone. Run with [default] enforce = false for a while, then review and paste.
+            """
+    )
+
+    @Option(name: .long, help: "Skip hosts seen on fewer verified connections.")
+    var minConnections = 1
+
+    @Option(name: .long, help: ArgumentHelp("Only hosts this pattern matches (an exact name, *.NAME or an IP literal).", valueName: "PATTERN"))
+    var host: String?
+
+    @Argument(help: ArgumentHelp("Log files; standard input when none is given.", valueName: "FILE"))
+    var files: [String] = []
+
+    func validate() throws {
+        if minConnections < 1 { throw ValidationError("--min-connections must be at least 1") }
+        if let host, HostPattern(host) == nil { throw ValidationError("--host takes a host pattern (NAME, *.NAME or an IP literal), not \"\(host)\"") }
+    }
+
+    func run() throws {
+        var suggestion = PolicySuggestion()
+        var lines = 0
+        func read(_ handle: FileHandle, name: String) throws {
+            var pending = Data()
+            func consume(_ line: Data) {
+                lines += 1
+                guard let text = String(data: line, encoding: .utf8),
+                      let fields = DecisionLogReader.fields(of: Substring(text)),
+                      let decision = DecisionLogReader.decision(fields) else { return }
+                suggestion.learn(decision)
+            }
+            while true {
+                let chunk = handle.readData(ofLength: 1 << 16)
+                if chunk.isEmpty { break }
+                pending.append(chunk)
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    consume(pending[pending.startIndex..<newline])
+                    pending.removeSubrange(pending.startIndex...newline)
+                }
+                // A line is at most a few KiB; anything longer is not a decision line.
+                if pending.count > Self.maximumLineBytes { pending.removeAll() }
+            }
+            if !pending.isEmpty { consume(pending) }
+        }
+        if files.isEmpty {
+            try read(FileHandle.standardInput, name: "standard input")
+        } else {
+            for file in files {
+                guard let handle = FileHandle(forReadingAtPath: file) else {
+                    printError("\(file): cannot read the file")
+                    throw ExitCode(2)
+                }
+                try read(handle, name: file)
+            }
+        }
+        let hosts = suggestion.selected(minConnections: minConnections, pattern: host.flatMap(HostPattern.init))
+        print("# pinproxy suggest: \(lines) line(s) read, \(suggestion.hosts.count) host(s) with verified chains, \(hosts.count) printed")
+        for (why, count) in suggestion.skipped.sorted(by: { $0.key < $1.key }) {
+            print("# not learned from: \(count) connection line(s), \(PolicySuggestion.comment(why))")
+        }
+        for host in hosts {
+            print("")
+            print(PolicySuggestion.render(host))
+        }
+        if hosts.isEmpty { throw ExitCode(1) }
+    }
+
+    static let maximumLineBytes = 1 << 20
+}

@@ -1,0 +1,149 @@
+"""`pinproxy diagnose HOST[:PORT]`: one screen about a live server.
+
+Loopback origins that accept only TLS 1.2, only TLS 1.3, also TLS 1.0, send an incomplete chain,
+and staple OCSP (openssl s_server -status_file). Each shows what a user needs: which versions
+are accepted (old ones flagged), the cipher and forward secrecy, ALPN, the chain as sent, and
+with --config the entry's checks and the daemon's verdict, plus a block to paste. Exit 0 when
+the policy would allow, 1 otherwise, 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import origin as originlib
+import pki as pkilib
+from proxy_harness import API, free_port, poll, port_accepts
+
+
+def diagnose(pinproxy, *args, env=None):
+    return subprocess.run([str(pinproxy), "diagnose", *map(str, args)], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def config(ws_dir, pki, *, port: int, resolve: bool = True, **entry) -> str:
+    keys = {"trust": f'["{pki.path("root-a.pem")}"]', **entry}
+    body = "".join(f"{k} = {v}\n" for k, v in keys.items())
+    text = (f'[resolve]\n"{API}" = "127.0.0.1"\n\n' if resolve else "") + f'[hosts."{API}"]\nports = [{port}]\n' + body
+    path = ws_dir / "diagnose.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def tls12(pki):
+    o = originlib.TLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), name="d-tls12", max_tls="1.2")
+    yield o
+    o.close()
+
+
+@pytest.fixture
+def tls13(pki):
+    o = originlib.TLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), name="d-tls13", min_tls="1.3")
+    yield o
+    o.close()
+
+
+def test_tls12_only_server_with_a_pinned_entry(pinproxy, pki, tls12, tmp_path):
+    cfg = config(tmp_path, pki, port=tls12.port, pin='"public-key"', pins=f'["{pki.spki("int-a")}"]')
+    r = diagnose(pinproxy, f"{API}:{tls12.port}", "--config", cfg)
+    assert r.returncode == 0, r
+    out = r.stdout
+    assert f"connecting to 127.0.0.1:{tls12.port}, SNI {API}" in out  # [resolve] honoured
+    assert re.search(r"TLS 1\.3\s+refused", out), out
+    assert re.search(r"TLS 1\.2\s+accepted\s+ECDHE-\S+\s+forward secrecy", out), out
+    assert re.search(r"TLS 1\.1\s+refused", out) and re.search(r"TLS 1\.0\s+refused", out), out
+    assert "chain as sent: 2 certificate(s)" in out and "key: EC P-256" in out, out
+    assert "leaf first, each certificate issued by the next" in out and "root included: no" in out, out
+    assert "complete: yes (ends at CN=pinproxy test root A" in out, out
+    assert "ALPN: h2 not accepted, http/1.1 not accepted (the server selects no protocol)" in out, out
+    assert pki.spki("api") in out and pki.cert("api") in out, out
+    assert f'policy: entry hosts."{API}"' in out, out
+    for check in ("trust", "host name", "pins", "min_tls"):
+        assert re.search(rf"^  {check}\s+pass", out, re.M), (check, out)
+    assert f"{pki.spki('int-a')} matched [1]" in out, out
+    assert "OCSP staple: not sent" in out and "verdict: allow" in out, out
+    assert f'[hosts."{API}"]' in out and f"ports = [{tls12.port}]" in out, out
+
+
+def test_tls13_only_server_through_connect_to_with_a_wrong_pin(pinproxy, pki, tls13, tmp_path):
+    cfg = config(tmp_path, pki, port=tls13.port, resolve=False, pin='"public-key"', pins=f'["{pki.spki("root-b")}"]')
+    r = diagnose(pinproxy, f"{API}:{tls13.port}", "--config", cfg, "--connect-to", "127.0.0.1")
+    assert r.returncode == 1, r
+    out = r.stdout
+    assert re.search(r"TLS 1\.3\s+accepted\s+TLS_\S+\s+forward secrecy", out), out
+    assert re.search(r"TLS 1\.2\s+refused", out), out
+    assert re.search(r"^  pins\s+FAIL\s+pin-mismatch", out, re.M), out
+    assert "verdict: refuse: pin-mismatch" in out, out
+
+
+def test_deprecated_versions_are_flagged(pinproxy, pki, tmp_path):
+    o = originlib.TLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), name="d-tls10", min_tls="1.0")
+    try:
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--connect-to", f"127.0.0.1:{o.port}",
+                     env={**os.environ, "SSL_CERT_FILE": str(pki.path("root-a.pem"))})
+    finally:
+        o.close()
+    assert r.returncode == 0, r
+    assert re.search(r"TLS 1\.0\s+accepted.*deprecated", r.stdout), r.stdout
+    assert "policy: none given" in r.stdout and "verdict: allow" in r.stdout, r.stdout
+
+
+def test_incomplete_chain_is_refused_and_shown(pinproxy, pki, tmp_path):
+    o = originlib.TLSOrigin(pki.path("api.pem"), pki.path("api.key"), name="d-leafonly")
+    try:
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--config", config(tmp_path, pki, port=o.port))
+    finally:
+        o.close()
+    assert r.returncode == 1, r
+    assert "chain as sent: 1 certificate(s)" in r.stdout, r.stdout
+    assert "complete: no, or not to an anchor of this policy: CN=pinproxy test intermediate A" in r.stdout, r.stdout
+    assert re.search(r"^  trust\s+FAIL\s+untrusted-chain", r.stdout, re.M), r.stdout
+    assert "verdict: refuse: untrusted-chain" in r.stdout
+
+
+def test_without_config_the_system_store_decides(pinproxy, pki, tls12):
+    r = diagnose(pinproxy, f"{API}:{tls12.port}", "--connect-to", "127.0.0.1")
+    assert r.returncode == 1 and "verdict: refuse: untrusted-chain" in r.stdout, r
+    trusted = diagnose(pinproxy, f"{API}:{tls12.port}", "--connect-to", "127.0.0.1",
+                       env={**os.environ, "SSL_CERT_FILE": str(pki.path("root-a.pem"))})
+    assert trusted.returncode == 0 and "verdict: allow" in trusted.stdout, trusted
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a stapling server")
+def test_ocsp_staple_is_reported_and_checked(pinproxy, pki, tmp_path):
+    now = dt.datetime.now(dt.timezone.utc)
+    staple = tmp_path / "staple.der"
+    staple.write_bytes(pkilib.to_der(pkilib.make_ocsp(pki.issued("api"), pki.issued("int-a"), "good",
+                                                      now - dt.timedelta(days=1), now + dt.timedelta(days=6))))
+    port = free_port()
+    server = subprocess.Popen(
+        ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-cert", str(pki.path("api.pem")),
+         "-key", str(pki.path("api.key")), "-cert_chain", str(pki.path("int-a.pem")), "-status_file", str(staple),
+         "-www", "-quiet"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: port_accepts(port), what="openssl s_server")
+        cfg = config(tmp_path, pki, port=port, revocation='"ocsp-staple"')
+        r = diagnose(pinproxy, f"{API}:{port}", "--config", cfg)
+    finally:
+        server.kill()
+        server.wait()
+    assert r.returncode == 0, r
+    assert re.search(r"OCSP staple: sent \(\d+ bytes\)", r.stdout), r.stdout
+    assert re.search(r"^  revocation\s+pass", r.stdout, re.M), r.stdout
+
+
+def test_usage_errors(pinproxy, tmp_path):
+    assert diagnose(pinproxy).returncode == 2
+    assert diagnose(pinproxy, "not a host!").returncode == 2
+    assert diagnose(pinproxy, "api.test:0").returncode == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[hosts.\"api.test\"]\nnonsense = 1\n")
+    r = diagnose(pinproxy, "api.test", "--config", bad)
+    assert r.returncode == 2 and f"{bad}:2:" in r.stderr, r

@@ -1,0 +1,156 @@
+"""`pinproxy suggest`: learn a pin policy from decision lines (trust on first use).
+
+A daemon in report-only mode (`[default] enforce = false`) sees real connections to two
+leaves of api.test (two keys behind one name, as behind a load balancer). `suggest` reads
+its log (a file, or standard input; logfmt and JSON) and prints a block that pins every key
+seen. That block passes `check`, and a daemon running it allows the origins it was learned
+from and refuses an attacker leaf from another CA that the entry also trusts.
+Lines whose chain was never verified (refusals, allow-insecure) teach nothing, and text from
+certificates cannot escape the comments it is printed in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import origin as originlib
+import pki as pkilib
+from conftest import run
+from proxy_harness import (
+    API,
+    Tunnel,
+    expect_refusal,
+    make_proxy,  # noqa: F401 (fixture)
+    origins,  # noqa: F401 (fixture)
+)
+
+
+def learn(make_proxy, origins, log_format: str = "logfmt"):
+    """A report-only daemon that saw 3 connections to `api` and 1 to `api_newkey`."""
+    ports = [origins.api.port, origins.api_newkey.port]
+    p = make_proxy(proxy={"allow_ports": ports, "log_format": log_format},
+                   default={"trust": ["root-a.pem"], "enforce": False})
+    for origin, times in ((origins.api, 3), (origins.api_newkey, 1)):
+        for _ in range(times):
+            with Tunnel(p, API, origin.port) as t:
+                assert t.get("/small") == (200, originlib.SMALL_BODY)
+    p.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "allowed"
+                   and l.get("port") == str(origins.api_newkey.port), what="the last allowed connection")
+    return p
+
+
+def suggest(pinproxy, *args, stdin: str | None = None):
+    p = subprocess.run([str(pinproxy), "suggest", *map(str, args)], input=stdin, capture_output=True, text=True,
+                       timeout=60)
+    return p
+
+
+def test_suggested_block_allows_what_it_learned_and_refuses_an_attacker(make_proxy, origins, pki, pinproxy):
+    learned = learn(make_proxy, origins)
+    out = suggest(pinproxy, learned.log_path)
+    assert out.returncode == 0, out
+    text = out.stdout
+    assert f'[hosts."{API}"]' in text, text
+    for stem in ("api", "api-newkey", "int-a"):
+        assert pki.spki(stem) in text, (stem, text)
+    assert pki.spki("root-a") not in text, text  # never presented, so never pinned
+    assert "4 verified connection(s)" in text, text
+    assert "2 leaf key(s), 1 intermediate key(s)" in text, text
+    assert "3 connection(s)" in text and "backup key" in text, text
+    assert f"ports = [{min(origins.api.port, origins.api_newkey.port)}, {max(origins.api.port, origins.api_newkey.port)}]" in text
+
+    # The block as printed passes check (one entry, pinned).
+    cfg = learned.dir / "suggested.toml"
+    cfg.write_text(text)
+    checked = run(pinproxy, "check", "--config", cfg)
+    assert checked.code == 0, checked
+    assert "1 pinned with 3 pins" in checked.out, checked
+
+    # Pasted into a daemon's config, with the trust line of the entry it was learned under
+    # plus a second root an attacker could get a certificate from.
+    block = text[text.index(f'[hosts."{API}"]'):]
+    enforcing = make_proxy(proxy={"allow_ports": [origins.api.port, origins.api_newkey.port, origins.untrusted.port]},
+                           default={"action": "deny"})
+    enforcing.write_config(enforcing.render() + "\n" + block.replace(
+        "ports = [", f'trust = ["root-a.pem", "root-b.pem"]\nports = [{origins.untrusted.port}, '))
+    enforcing.reload()
+    for origin in (origins.api, origins.api_newkey):
+        with Tunnel(enforcing, API, origin.port) as t:
+            assert t.get("/small") == (200, originlib.SMALL_BODY)
+    expect_refusal(enforcing, API, origins.untrusted.port, "pin-mismatch")
+
+
+def test_json_log_from_standard_input_with_host_and_minimum(make_proxy, origins, pki, pinproxy):
+    learned = learn(make_proxy, origins, log_format="json")
+    log = learned.log_path.read_text()
+    out = suggest(pinproxy, stdin=log)
+    assert out.returncode == 0 and f'[hosts."{API}"]' in out.stdout, out
+    assert pki.spki("api-newkey") in out.stdout
+
+    assert suggest(pinproxy, "--host", "*.test", stdin=log).stdout.count("[hosts.") == 1
+    filtered = suggest(pinproxy, "--host", "other.test", stdin=log)
+    assert filtered.returncode == 1 and "[hosts." not in filtered.stdout, filtered
+    rare = suggest(pinproxy, "--min-connections", "5", stdin=log)
+    assert rare.returncode == 1 and "[hosts." not in rare.stdout, rare
+    assert suggest(pinproxy, "--min-connections", "4", stdin=log).returncode == 0
+
+
+PIN_A = "sha256/" + pkilib._b64_sha256(b"suggest a").removeprefix("sha256/")
+PIN_B = "sha256/" + pkilib._b64_sha256(b"suggest b").removeprefix("sha256/")
+PIN_C = "sha256/" + pkilib._b64_sha256(b"suggest c").removeprefix("sha256/")
+
+
+def line(outcome: str, host: str = "a.test", chain: str = f"CN=a.test {PIN_A} | CN=CA {PIN_B}", **extra) -> str:
+    fields = {"time": "2026-11-20T10:00:00.000Z", "level": "info", "event": "connection", "client": "127.0.0.1:5",
+              "host": host, "port": "443", "entry": "default", "outcome": outcome, "status": "200", **extra,
+              "chain": chain}
+    def quote(v: str) -> str:  # as the daemon writes logfmt values
+        if v and all(0x20 < ord(ch) < 0x7F and ch not in '"=\\' for ch in v):
+            return v
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return " ".join(f"{k}={quote(v)}" for k, v in fields.items())
+
+
+def test_only_verified_chains_are_learned(pinproxy):
+    log = "\n".join([
+        line("allowed"),
+        '<4>' + line("refused", host="b.test", reason="untrusted-chain", status="403", chain=f"CN=evil {PIN_C}"),
+        line("allowed", host="c.test", chain=f"CN=c {PIN_C}",
+             detail='default has action = "allow-insecure": no certificate check was made'),
+        line("report-only", host="d.test", reason="untrusted-chain", chain=f"CN=d {PIN_C}"),
+        line("report-only", host="e.test", reason="pin-mismatch", chain=f"CN=e {PIN_C}",
+             detail="would refuse: pin-mismatch: none of the 2 public-key pin(s) matches the verified chain"),
+        "time=2026-11-20T10:00:01.000Z level=info event=tunnel-closed host=a.test port=443",
+        "not a log line at all",
+    ])
+    out = suggest(pinproxy, stdin=log + "\n")
+    assert out.returncode == 0, out
+    text = out.stdout
+    assert '[hosts."a.test"]' in text and '[hosts."e.test"]' in text, text
+    for host in ("b.test", "c.test", "d.test"):
+        assert f'[hosts."{host}"]' not in text, text
+    assert "not learned from: 1 connection line(s), refused untrusted-chain" in text, text
+    assert "allow-insecure" in text and "report-only untrusted-chain" in text, text
+
+
+def test_certificate_text_cannot_escape_its_comment(pinproxy, tmp_path):
+    evil = 'CN=x\n[hosts."evil.test"]\naction = "allow-insecure"'
+    log = line("allowed", chain=f"{evil} {PIN_A}") + "\n"
+    out = suggest(pinproxy, stdin=log)
+    assert out.returncode == 0, out
+    for text_line in out.stdout.splitlines():
+        assert not text_line.startswith('[hosts."evil.test"]') and not text_line.startswith("action"), out.stdout
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(out.stdout)
+    checked = run(pinproxy, "check", "--config", cfg)
+    assert checked.code == 0 and "hosts: 1 entry" in checked.out and "0 allow-insecure" in checked.out, checked
+
+
+def test_usage_errors(pinproxy, tmp_path):
+    assert suggest(pinproxy, "--host", "not a pattern", stdin="").returncode == 2
+    assert suggest(pinproxy, "--min-connections", "0", stdin="").returncode == 2
+    assert suggest(pinproxy, tmp_path / "missing.log").returncode == 2
+    nothing = suggest(pinproxy, stdin="")
+    assert nothing.returncode == 1 and "0 host(s)" in nothing.stdout, nothing
