@@ -19,6 +19,7 @@ struct CACommand: ParsableCommand {
             let ca = try LocalCA.openOrCreate(directory: config.proxy.caDirectory ?? LocalCA.defaultDirectory())
             print(ca.certificatePath)
             print(ca.certificate.pem, terminator: "")
+            for warning in ca.warnings { printError("pinproxy: warning: \(warning)") }
         } catch {
             printError("pinproxy: cannot open or create the local CA: \(error)")
             throw ExitCode(1)
