@@ -143,9 +143,6 @@ public final class AdminHTTPServer: @unchecked Sendable {
         gate.release()
     }
 
-    /// Admin connections open now.
-    public var openConnections: Int { gate.takeUnretainedValue().connections.count }
-
     /// The local port of a bound socket.
     private static func localPort(of fd: Int32) -> UInt16? {
         var storage = sockaddr_storage()
@@ -256,7 +253,7 @@ extension AdminHTTPServer {
         /// evhttp's listener; nil once the server is gone.
         private var listener: OpaquePointer?
         /// Open connections by their bufferevent.
-        private(set) var connections: [OpaquePointer: Connection] = [:]
+        private var connections: [OpaquePointer: Connection] = [:]
         private var pause: Timer?
         private var sweep: Timer?
 

@@ -55,8 +55,8 @@ public final class Daemon {
         let inherited = try InheritedSockets.take()
         defer { inherited.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
-        // Before binding (no client is ever queued on a socket about to close), and after, for
-        // a daemon that started at the same moment.
+        // Checked before binding, so that no client is queued on a socket about to be closed,
+        // and again after, against a daemon that bound at the same moment.
         if inherited.isEmpty { try Self.refuseSharedListeners(config.proxy.listen, ours: []) }
         for _ in 0..<count {
             let worker = Worker(shared: shared)

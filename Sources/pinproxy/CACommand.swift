@@ -29,6 +29,7 @@ struct CACommand: ParsableCommand {
             if let bundle { return try writeBundle(to: bundle, ca: ca.certificate) }
             print(ca.certificatePath)
             print(ca.certificate.pem, terminator: "")
+            for warning in ca.warnings { printError("pinproxy: warning: \(warning)") }
         } catch let exit as ExitCode {
             throw exit
         } catch {

@@ -120,4 +120,73 @@ final class AdminHTTPServerTests: XCTestCase {
             }
         }
     }
+
+    /// A client dripping one header byte at a time is cut off at the deadline, although every
+    /// byte restarts evhttp's own timeout; at the connection limit, the next client waits until
+    /// a slot frees, then is served.
+    func testDeadlineCutsADripperAndTheLimitHoldsTheNextClientBack() throws {
+        let loop = RunningLoop()
+        let server = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: 0, routes: [
+            "/healthz": { AdminHTTPResponse(status: 200, contentType: "text/plain", body: "ok\n") },
+        ], requestTimeout: 1, maxConnections: 1)
+        loop.start()
+        defer { loop.stop() }
+
+        // The dripper takes the only slot: one answered keep-alive request, then a request that
+        // never ends, one byte at a time.
+        let dripper = try connectLoopback(port: server.boundPort)
+        defer { close(dripper) }
+        let first = Array("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+        XCTAssertEqual(send(dripper, first, first.count, Int32(MSG_NOSIGNAL)), first.count)
+        XCTAssertTrue(waitReadable(dripper, timeout: 10))
+        var head = [UInt8](repeating: 0, count: 4096)
+        XCTAssertGreaterThan(recv(dripper, &head, head.count, 0), 0)
+
+        let waiting = try connectLoopback(port: server.boundPort)
+        defer { close(waiting) }
+        let request = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)
+        XCTAssertEqual(send(waiting, request, request.count, Int32(MSG_NOSIGNAL)), request.count)
+
+        var dripperClosed = false
+        let drip = Array("GET /".utf8)
+        let deadline = Date().addingTimeInterval(10)
+        var sent = 0
+        while Date() < deadline {
+            var byte = drip[sent % drip.count]
+            if send(dripper, &byte, 1, Int32(MSG_NOSIGNAL)) < 0 {
+                dripperClosed = true
+                break
+            }
+            sent += 1
+            if waitReadable(dripper, timeout: 0.1) {
+                if recv(dripper, &head, head.count, 0) <= 0 { dripperClosed = true; break }
+            }
+            XCTAssertFalse(waitReadable(waiting, timeout: 0), "served beyond the connection limit")
+        }
+        XCTAssertTrue(dripperClosed, "a dripping client must be cut off by the deadline")
+
+        // The slot is free: the waiting client is served.
+        XCTAssertTrue(waitReadable(waiting, timeout: 10))
+        var answer = [UInt8](repeating: 0, count: 64)
+        let count = recv(waiting, &answer, answer.count, 0)
+        XCTAssertGreaterThan(count, 0)
+        XCTAssertTrue(String(decoding: answer.prefix(max(0, count)), as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+    }
+
+    private func connectLoopback(port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HTTPClientError.connectFailed(errno) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            throw HTTPClientError.connectFailed(errno)
+        }
+        return fd
+    }
 }

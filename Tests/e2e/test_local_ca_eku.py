@@ -3,7 +3,7 @@
 - A CA made by the daemon carries `extendedKeyUsage = serverAuth`, and leaves it mints still
   verify for curl and Python's ssl module.
 - A CA without the extension (made by an older pinproxy) is kept, since every client trusts
-  it, and the daemon logs once at start how to replace it.
+  it, and the daemon logs once at start how to replace it (`pinproxy ca` says it on stderr).
 """
 
 from __future__ import annotations
@@ -64,3 +64,8 @@ def test_a_ca_without_eku_is_kept_with_a_warning(make_proxy, origins, pki, tmp_p
 
     status, body, _, _ = https_get(p, API, origins.api.port, "/small", ctx=p.client_context())
     assert (status, body) == (200, originlib.SMALL_BODY)
+
+    ca = subprocess.run([str(p.bin), "ca", "--config", str(p.config_path)], cwd=p.dir,
+                        capture_output=True, text=True, timeout=TIMEOUT)
+    assert ca.returncode == 0 and ca.stdout.startswith(str(ca_dir / "ca.pem")), ca
+    assert "warning" in ca.stderr and "extendedKeyUsage" in ca.stderr, ca.stderr
