@@ -1,0 +1,92 @@
+import Foundation
+
+/// The public suffix list (publicsuffix.org), as Debian's `publicsuffix` package installs it.
+/// Read at config load (start and every reload), never on an event loop; the verdict reads the
+/// copy loaded last.
+public final class PublicSuffixList: Sendable {
+    /// Where Debian's `publicsuffix` package puts the list.
+    public static let systemPath = "/usr/share/publicsuffix/public_suffix_list.dat"
+
+    private let rules: Set<String>
+    /// `*.NAME` rules, stored as NAME.
+    private let wildcards: Set<String>
+    /// `!NAME` rules, stored as NAME.
+    private let exceptions: Set<String>
+
+    /// Parses the list's text: one rule a line, `//` comments, both sections (ICANN and private).
+    public init(text: String) {
+        var rules = Set<String>(), wildcards = Set<String>(), exceptions = Set<String>()
+        for line in text.split(whereSeparator: \.isNewline) {
+            guard let rule = line.split(whereSeparator: \.isWhitespace).first, !rule.hasPrefix("//") else { continue }
+            let name = rule.lowercased()
+            if name.hasPrefix("!") {
+                exceptions.insert(String(name.dropFirst()))
+            } else if name.hasPrefix("*.") {
+                wildcards.insert(String(name.dropFirst(2)))
+            } else {
+                rules.insert(name)
+            }
+        }
+        (self.rules, self.wildcards, self.exceptions) = (rules, wildcards, exceptions)
+    }
+
+    /// Whether `name` (lowercase or not, one trailing dot allowed) is itself a public suffix.
+    /// A single label always is (the list's implicit `*` rule).
+    public func isPublicSuffix(_ name: String) -> Bool {
+        var name = name.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        if exceptions.contains(name) { return false }
+        if rules.contains(name) { return true }
+        guard let dot = name.firstIndex(of: ".") else { return true }
+        return wildcards.contains(String(name[name.index(after: dot)...]))
+    }
+
+    /// Reads the list at `path`; the error says what to install when it is missing.
+    public convenience init(contentsOf path: String = systemPath) throws(PublicSuffixListError) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw PublicSuffixListError(description: "the public suffix list \(path) cannot be read: install Debian's publicsuffix package (scripts/setup does)")
+        }
+        self.init(text: String(decoding: data, as: UTF8.self))
+        guard !rules.isEmpty else {
+            throw PublicSuffixListError(description: "the public suffix list \(path) holds no rule")
+        }
+    }
+
+    private static let latest = LatestList()
+
+    /// The list loaded last; loaded from `systemPath` on first use if no load happened (tests
+    /// and tools that build policies by hand), nil when that fails.
+    static var current: PublicSuffixList? { latest.get() }
+
+    /// Reads the system list and makes it the one the verdict uses. The config loader calls it.
+    public static func loadSystem(path: String = systemPath) throws(PublicSuffixListError) {
+        latest.set(try PublicSuffixList(contentsOf: path))
+    }
+
+    private final class LatestList: @unchecked Sendable {
+        private let lock = NSLock()
+        private var list: PublicSuffixList?
+        private var attempted = false
+
+        func get() -> PublicSuffixList? {
+            lock.lock()
+            defer { lock.unlock() }
+            if list == nil && !attempted {
+                attempted = true
+                list = try? PublicSuffixList(contentsOf: PublicSuffixList.systemPath)
+            }
+            return list
+        }
+
+        func set(_ new: PublicSuffixList) {
+            lock.lock()
+            defer { lock.unlock() }
+            (list, attempted) = (new, true)
+        }
+    }
+}
+
+/// The public suffix list could not be read.
+public struct PublicSuffixListError: Error, CustomStringConvertible {
+    public let description: String
+}
