@@ -88,6 +88,9 @@ public enum WebPKIProfile {
         WildcardPublicSuffixRule(),
     ]
 
+    /// The name of every rule, in the order they run.
+    public static var ruleNames: [String] { rules.map(\.name) }
+
     /// The failures of every rule that applies to `chain` (verified by OpenSSL, leaf first)
     /// under `policy`; empty when the chain meets them all.
     static func failures(chain: [Certificate], host: TargetHost, policy: HostPolicy) -> [Verdict.Failure] {
