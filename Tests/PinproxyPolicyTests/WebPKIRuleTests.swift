@@ -26,7 +26,7 @@ final class WebPKIRuleTests: XCTestCase {
                                                        "rfc5280::root-non-critical-basic-constraints"]),
         "ca-subject": (.untrustedChain, ["rfc5280::ca-empty-subject"]),
         "san-critical-with-empty-subject": (.untrustedChain, ["rfc5280::san::noncritical-with-empty-subject"]),
-        "leaf-dns-names": (.untrustedChain, ["rfc5280::nc::nc-permits-invalid-dns-san"]),
+        "leaf-dns-names": (.hostnameMismatch, ["rfc5280::nc::nc-permits-invalid-dns-san"]),
         "crl-number": (.revocationUnknown, ["crl::crlnumber-missing"]),
         "leaf-extended-key-usage": (.untrustedChain, ["webpki::eku::ee-without-eku", "webpki::eku::ee-anyeku",
                                                       "webpki::eku::ee-critical-eku"]),
@@ -135,6 +135,15 @@ final class WebPKIRuleTests: XCTestCase {
         XCTAssertEqual(try evaluate(listed, chain: "rules-bare-self.pem").summary, "allow")
     }
 
+    /// A leaf's pathLenConstraint is ignored: the leaf is not an intermediate (RFC 5280 4.2.1.9).
+    /// A CA certificate as the leaf passes where issuance rules are off, and is refused by
+    /// leaf-not-ca where they apply.
+    func testPathLengthInTheLeafIsIgnored() throws {
+        let pinnedRoot = "trust = \"pinned\"\npin = \"certificate\"\ncertificates = [\"rules-root.pem\"]\n"
+        XCTAssertEqual(try evaluate(pinnedRoot, chain: "rules-ca-leaf.pem").summary, "allow")
+        assertRefused(try evaluate("trust = [\"rules-root.pem\"]\n", chain: "rules-ca-leaf.pem"), .untrustedChain, rule: "leaf-not-ca")
+    }
+
     func testIntermediateWithNonCriticalBasicConstraints() throws {
         assertRefused(try evaluate("trust = [\"rules-root.pem\"]\n", chain: "rules-lax-ca.pem"), .untrustedChain, rule: "ca-basic-constraints")
     }
@@ -195,6 +204,9 @@ final class WebPKIRuleTests: XCTestCase {
         XCTAssertTrue(list.isPublicSuffix("co.uk"))
         XCTAssertTrue(list.isPublicSuffix("s3.amazonaws.com"), "the private section is read too")
         XCTAssertFalse(list.isPublicSuffix("example.com"))
+        // 公司.cn, written in Unicode in the list, matched in its xn-- form.
+        XCTAssertTrue(list.isPublicSuffix("xn--55qx5d.cn"))
+        XCTAssertFalse(list.isPublicSuffix("example.xn--55qx5d.cn"))
     }
 
     func testMissingPublicSuffixListIsAClearError() {

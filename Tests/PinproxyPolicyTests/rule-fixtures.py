@@ -32,6 +32,12 @@ leaf("rules-cn-elsewhere", "My Service", ["api.test"])
 leaf("rules-public-suffix-wildcard", "*.co.uk", ["*.co.uk"])
 leaf("rules-boundary", "api.test", ["api.test"], not_after=dt.datetime(2030, 1, 1, tzinfo=UTC))
 
+# A CA certificate as the leaf, with pathLen 0, under an intermediate with pathLen 0: RFC 5280
+# 4.2.1.9 does not count the leaf, so its pathLen is ignored.
+pathlen0 = pki.make_intermediate("Rules CA pathlen 0", root, path_length=0)
+leaf("rules-ca-leaf", "api.test", ["api.test"], issuer=pathlen0, chain=(pathlen0,), is_ca=True, path_length=0,
+     key_usage=["digital_signature", "key_cert_sign"], eku=["serverAuth"])
+
 # An intermediate whose basicConstraints is not critical (RFC 5280 4.2.1.9 says it must be).
 ca_key = pki.new_key("ec")
 lax_ca = pki.Issued(

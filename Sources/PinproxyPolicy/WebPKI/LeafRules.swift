@@ -77,10 +77,12 @@ struct NameConstraintsOnlyInCARule: ProfileRule {
 }
 
 /// RFC 5280 4.2.1.6: every dNSName of the leaf is a DNS name (a wildcard only as the whole
-/// leftmost label). A malformed one such as `.example.com` may slip past name constraints.
+/// leftmost label, so no `w*.example.com`). A malformed one such as `.example.com` may slip
+/// past name constraints.
 struct LeafDNSNamesRule: ProfileRule {
     let name = "leaf-dns-names"
     let scope = RuleScope.verifiedChains
+    let reason = RefusalReason.hostnameMismatch
 
     func problems(in chain: ReviewedChain) -> [String] {
         guard let leaf = chain.issuedLeaf else { return [] }

@@ -18,7 +18,7 @@ public final class PublicSuffixList: Sendable {
         var rules = Set<String>(), wildcards = Set<String>(), exceptions = Set<String>()
         for line in text.split(whereSeparator: \.isNewline) {
             guard let rule = line.split(whereSeparator: \.isWhitespace).first, !rule.hasPrefix("//") else { continue }
-            let name = rule.lowercased()
+            let name = Self.asciiForm(rule.lowercased())
             if name.hasPrefix("!") {
                 exceptions.insert(String(name.dropFirst()))
             } else if name.hasPrefix("*.") {
@@ -28,6 +28,17 @@ public final class PublicSuffixList: Sendable {
             }
         }
         (self.rules, self.wildcards, self.exceptions) = (rules, wildcards, exceptions)
+    }
+
+    /// The list writes internationalised names in Unicode; certificates and pinproxy's host
+    /// names use their `xn--` form. Foundation's IDNA conversion gives it.
+    private static func asciiForm(_ rule: String) -> String {
+        guard !rule.allSatisfy(\.isASCII) else { return rule }
+        let prefix = rule.hasPrefix("!") ? "!" : rule.hasPrefix("*.") ? "*." : ""
+        var components = URLComponents()
+        components.host = String(rule.dropFirst(prefix.count))
+        guard let encoded = components.encodedHost, encoded.allSatisfy(\.isASCII) else { return rule }
+        return prefix + encoded.lowercased()
     }
 
     /// Whether `name` (lowercase or not, one trailing dot allowed) is itself a public suffix.
