@@ -14,11 +14,17 @@ public final class PublicSuffixList: Sendable {
     private let exceptions: Set<String>
 
     /// Parses the list's text: one rule a line, `//` comments, both sections (ICANN and private).
-    public init(text: String) {
+    public convenience init(text: String) {
+        self.init(bytes: Array(text.utf8))
+    }
+
+    private init(bytes: [UInt8]) {
         var rules = Set<String>(), wildcards = Set<String>(), exceptions = Set<String>()
-        for line in text.split(whereSeparator: \.isNewline) {
-            guard let rule = line.split(whereSeparator: \.isWhitespace).first, !rule.hasPrefix("//") else { continue }
-            let name = Self.asciiForm(rule.lowercased())
+        for line in bytes.split(whereSeparator: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) {
+            // A rule is the line's first word; comment lines start with "//".
+            let word = line.prefix { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
+            guard !word.isEmpty, !word.starts(with: "//".utf8) else { continue }
+            let name = Self.asciiForm(String(decoding: word, as: UTF8.self).lowercased())
             if name.hasPrefix("!") {
                 exceptions.insert(String(name.dropFirst()))
             } else if name.hasPrefix("*.") {
@@ -33,7 +39,7 @@ public final class PublicSuffixList: Sendable {
     /// The list writes internationalised names in Unicode; certificates and pinproxy's host
     /// names use their `xn--` form. Foundation's IDNA conversion gives it.
     private static func asciiForm(_ rule: String) -> String {
-        guard !rule.allSatisfy(\.isASCII) else { return rule }
+        guard !rule.utf8.allSatisfy({ $0 < 0x80 }) else { return rule }
         let prefix = rule.hasPrefix("!") ? "!" : rule.hasPrefix("*.") ? "*." : ""
         var components = URLComponents()
         components.host = String(rule.dropFirst(prefix.count))
@@ -57,7 +63,7 @@ public final class PublicSuffixList: Sendable {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw PublicSuffixListError(description: "the public suffix list \(path) cannot be read: install Debian's publicsuffix package (scripts/setup does)")
         }
-        self.init(text: String(decoding: data, as: UTF8.self))
+        self.init(bytes: Array(data))
         guard !rules.isEmpty else {
             throw PublicSuffixListError(description: "the public suffix list \(path) holds no rule")
         }
@@ -69,15 +75,21 @@ public final class PublicSuffixList: Sendable {
     /// and tools that build policies by hand), nil when that fails.
     static var current: PublicSuffixList? { latest.get() }
 
-    /// Reads the system list and makes it the one the verdict uses. The config loader calls it.
+    /// Reads the system list and makes it the one the verdict uses; a file unchanged since the
+    /// last load (same modification time and size) is not parsed again. The config loader calls it.
     public static func loadSystem(path: String = systemPath) throws(PublicSuffixListError) {
-        latest.set(try PublicSuffixList(contentsOf: path))
+        let attributes = try? FileManager.default.attributesOfItem(atPath: path)
+        let stamp = (attributes?[.modificationDate] as? Date).map { "\(path) \($0.timeIntervalSince1970) \(attributes?[.size] ?? 0)" }
+        if let stamp, latest.stamp == stamp { return }
+        latest.set(try PublicSuffixList(contentsOf: path), stamp: stamp)
     }
 
     private final class LatestList: @unchecked Sendable {
         private let lock = NSLock()
         private var list: PublicSuffixList?
         private var attempted = false
+        /// What identifies the file `list` was read from (path, modification time, size).
+        private var loadedStamp: String?
 
         func get() -> PublicSuffixList? {
             lock.lock()
@@ -89,10 +101,16 @@ public final class PublicSuffixList: Sendable {
             return list
         }
 
-        func set(_ new: PublicSuffixList) {
+        var stamp: String? {
             lock.lock()
             defer { lock.unlock() }
-            (list, attempted) = (new, true)
+            return loadedStamp
+        }
+
+        func set(_ new: PublicSuffixList, stamp: String?) {
+            lock.lock()
+            defer { lock.unlock() }
+            (list, attempted, loadedStamp) = (new, true, stamp)
         }
     }
 }
