@@ -55,7 +55,7 @@ struct PolicyConstraintsCriticalRule: ProfileRule {
 
 /// RFC 5280 4.2.1.10: nameConstraints names at least one subtree, and every dNSName in it is a
 /// DNS name (no leading period: OpenSSL reads `.example.com` as a suffix match). A
-/// non-critical nameConstraints is accepted, as the CA/Browser Forum allows.
+/// non-critical nameConstraints is accepted, as the web-PKI profile does.
 struct NameConstraintsWellFormedRule: ProfileRule {
     let name = "name-constraints-well-formed"
     let scope = RuleScope.verifiedChains
