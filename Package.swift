@@ -65,7 +65,7 @@ let package = Package(
         .testTarget(
             name: "PinproxyPolicyTests",
             dependencies: ["PinproxyPolicy", "PinproxyInterop"],
-            exclude: ["limbo-known-differences.txt"]
+            exclude: ["limbo-known-differences.txt", "rule-fixtures.py"]
         ),
         .testTarget(
             name: "PinproxyServiceTests",

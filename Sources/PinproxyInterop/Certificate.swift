@@ -201,3 +201,250 @@ extension Certificate {
         return NAME_CONSTRAINTS_check(probe, constraints) == X509_V_OK
     }
 }
+
+// MARK: - Fields the web-PKI rules read (Sources/PinproxyPolicy/WebPKI), through OpenSSL's accessors
+
+extension Certificate {
+    /// The X.509v3 extensions the web-PKI rules look at.
+    public enum Extension: Sendable, CaseIterable {
+        case basicConstraints, keyUsage, extendedKeyUsage, subjectAltName, nameConstraints,
+             policyConstraints, authorityKeyIdentifier, subjectKeyIdentifier
+
+        var nid: Int32 {
+            switch self {
+            case .basicConstraints: return NID_basic_constraints
+            case .keyUsage: return NID_key_usage
+            case .extendedKeyUsage: return NID_ext_key_usage
+            case .subjectAltName: return NID_subject_alt_name
+            case .nameConstraints: return NID_name_constraints
+            case .policyConstraints: return NID_policy_constraints
+            case .authorityKeyIdentifier: return NID_authority_key_identifier
+            case .subjectKeyIdentifier: return NID_subject_key_identifier
+            }
+        }
+    }
+
+    /// Whether `ext` is marked critical; nil when the certificate does not carry it.
+    public func criticality(of ext: Extension) -> Bool? {
+        let index = X509_get_ext_by_NID(handle, ext.nid, -1)
+        guard index >= 0, let found = X509_get_ext(handle, index) else { return nil }
+        return X509_EXTENSION_get_critical(found) != 0
+    }
+
+    /// OpenSSL's cached extension flags (EXFLAG_*); computing them decodes the extensions once.
+    private var extensionFlags: UInt32 { X509_get_extension_flags(handle) }
+
+    /// basicConstraints: whether cA is asserted and the pathLenConstraint, if any.
+    public struct BasicConstraints: Sendable, Equatable {
+        public let isCA: Bool
+        public let pathLength: Int?
+    }
+
+    /// The basicConstraints extension; nil when absent.
+    public var basicConstraints: BasicConstraints? {
+        guard extensionFlags & UInt32(EXFLAG_BCONS) != 0 else { return nil }
+        let pathLength = X509_get_pathlen(handle)
+        return BasicConstraints(isCA: extensionFlags & UInt32(EXFLAG_CA) != 0, pathLength: pathLength >= 0 ? Int(pathLength) : nil)
+    }
+
+    /// keyUsage bits (OpenSSL's KU_* values).
+    public struct KeyUsage: OptionSet, Sendable {
+        public let rawValue: UInt32
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        public static let digitalSignature = KeyUsage(rawValue: UInt32(KU_DIGITAL_SIGNATURE))
+        public static let keyEncipherment = KeyUsage(rawValue: UInt32(KU_KEY_ENCIPHERMENT))
+        public static let keyAgreement = KeyUsage(rawValue: UInt32(KU_KEY_AGREEMENT))
+        public static let keyCertSign = KeyUsage(rawValue: UInt32(KU_KEY_CERT_SIGN))
+        public static let cRLSign = KeyUsage(rawValue: UInt32(KU_CRL_SIGN))
+    }
+
+    /// The keyUsage extension; nil when absent.
+    public var keyUsage: KeyUsage? {
+        guard extensionFlags & UInt32(EXFLAG_KUSAGE) != 0 else { return nil }
+        return KeyUsage(rawValue: X509_get_key_usage(handle))
+    }
+
+    /// extendedKeyUsage purposes OpenSSL knows (XKU_* values); other OIDs are not listed.
+    public struct ExtendedKeyUsage: OptionSet, Sendable {
+        public let rawValue: UInt32
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        public static let serverAuth = ExtendedKeyUsage(rawValue: UInt32(XKU_SSL_SERVER))
+        public static let clientAuth = ExtendedKeyUsage(rawValue: UInt32(XKU_SSL_CLIENT))
+        public static let any = ExtendedKeyUsage(rawValue: UInt32(XKU_ANYEKU))
+    }
+
+    /// The extendedKeyUsage extension; nil when absent.
+    public var extendedKeyUsage: ExtendedKeyUsage? {
+        guard extensionFlags & UInt32(EXFLAG_XKUSAGE) != 0 else { return nil }
+        return ExtendedKeyUsage(rawValue: X509_get_extended_key_usage(handle))
+    }
+
+    /// The subjectKeyIdentifier; nil when absent.
+    public var subjectKeyIdentifier: [UInt8]? {
+        X509_get0_subject_key_id(handle).map { Self.bytes(of: $0) }
+    }
+
+    /// The authorityKeyIdentifier extension's fields.
+    public struct AuthorityKeyIdentifier: Sendable, Equatable {
+        public let keyIdentifier: [UInt8]?
+        public let hasAuthorityCertIssuer: Bool
+        public let hasAuthorityCertSerialNumber: Bool
+    }
+
+    /// The authorityKeyIdentifier extension; nil when absent.
+    public var authorityKeyIdentifier: AuthorityKeyIdentifier? {
+        guard criticality(of: .authorityKeyIdentifier) != nil else { return nil }
+        _ = extensionFlags
+        return AuthorityKeyIdentifier(keyIdentifier: X509_get0_authority_key_id(handle).map { Self.bytes(of: $0) },
+                                      hasAuthorityCertIssuer: X509_get0_authority_issuer(handle) != nil,
+                                      hasAuthorityCertSerialNumber: X509_get0_authority_serial(handle) != nil)
+    }
+
+    /// What RFC 5280 4.1.2.2 asks of a serial number.
+    public struct SerialNumberShape: Sendable, Equatable {
+        public let isNegative: Bool
+        public let isZero: Bool
+        /// The length of its DER encoding's contents, in octets.
+        public let encodedLength: Int
+    }
+
+    /// The serial number's sign and encoded length.
+    public var serialNumberShape: SerialNumberShape {
+        guard let serial = X509_get0_serialNumber(handle), let bn = ASN1_INTEGER_to_BN(serial, nil) else {
+            return SerialNumberShape(isNegative: false, isZero: true, encodedLength: 0)
+        }
+        defer { BN_free(bn) }
+        let bits = Int(BN_num_bits(bn))
+        // Two's complement: a positive value whose top bit is set takes one more octet.
+        return SerialNumberShape(isNegative: BN_is_negative(bn) != 0, isZero: BN_is_zero(bn) != 0, encodedLength: bits / 8 + 1)
+    }
+
+    /// The subject public key's algorithm and size.
+    public struct PublicKeyShape: Sendable, Equatable {
+        public enum Algorithm: Sendable, Equatable { case rsa, dsa, ec, ed25519, ed448, other }
+        public let algorithm: Algorithm
+        public let bits: Int
+    }
+
+    /// The subject public key's algorithm and size; nil when OpenSSL cannot decode the key.
+    public var publicKeyShape: PublicKeyShape? {
+        guard let key = X509_get0_pubkey(handle) else {
+            _ = drainErrorQueue()
+            return nil
+        }
+        let algorithm: PublicKeyShape.Algorithm
+        switch EVP_PKEY_get_base_id(key) {
+        case EVP_PKEY_RSA, EVP_PKEY_RSA_PSS: algorithm = .rsa
+        case EVP_PKEY_DSA: algorithm = .dsa
+        case EVP_PKEY_EC: algorithm = .ec
+        case EVP_PKEY_ED25519: algorithm = .ed25519
+        case EVP_PKEY_ED448: algorithm = .ed448
+        default: algorithm = .other
+        }
+        return PublicKeyShape(algorithm: algorithm, bits: Int(EVP_PKEY_get_bits(key)))
+    }
+
+    /// Whether the subject name has no attribute at all.
+    public var hasEmptySubject: Bool { X509_NAME_entry_count(X509_get_subject_name(handle)) == 0 }
+
+    /// Every commonName of the subject, as UTF-8.
+    public var subjectCommonNames: [String] {
+        guard let name = X509_get_subject_name(handle) else { return [] }
+        var result: [String] = []
+        var position: Int32 = -1
+        while true {
+            position = X509_NAME_get_index_by_NID(name, NID_commonName, position)
+            guard position >= 0 else { break }
+            guard let entry = X509_NAME_get_entry(name, position), let data = X509_NAME_ENTRY_get_data(entry) else { continue }
+            var utf8: UnsafeMutablePointer<UInt8>?
+            let length = ASN1_STRING_to_UTF8(&utf8, data)
+            guard length >= 0, let utf8 else {
+                _ = drainErrorQueue()
+                result.append("")
+                continue
+            }
+            result.append(String(decoding: UnsafeBufferPointer(start: utf8, count: Int(length)), as: UTF8.self))
+            pp_OPENSSL_free(utf8)
+        }
+        return result
+    }
+
+    /// One GeneralName, as the rules need it.
+    public enum GeneralName: Sendable, Hashable {
+        case dns(String)
+        case ip([UInt8])
+        /// Any other kind (email, URI, directory name …), with OpenSSL's GEN_* type.
+        case other(Int32)
+    }
+
+    /// The subjectAltName entries, in order; empty when the extension is absent.
+    public var subjectAltNameEntries: [GeneralName] {
+        guard let raw = X509_get_ext_d2i(handle, NID_subject_alt_name, nil, nil) else { return [] }
+        let names = OpaquePointer(raw)
+        defer { pp_GENERAL_NAMES_free(names) }
+        return (0..<pp_sk_GENERAL_NAME_num(names)).compactMap { pp_sk_GENERAL_NAME_value(names, $0).map(Self.generalName) }
+    }
+
+    /// A nameConstraints extension: each subtree list is nil when absent.
+    public struct NameConstraints: Sendable, Equatable {
+        public let permitted: [GeneralName]?
+        public let excluded: [GeneralName]?
+    }
+
+    /// The nameConstraints extension; nil when absent or undecodable.
+    public var nameConstraints: NameConstraints? {
+        guard let raw = X509_get_ext_d2i(handle, NID_name_constraints, nil, nil) else {
+            _ = drainErrorQueue()
+            return nil
+        }
+        let constraints = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
+        defer { NAME_CONSTRAINTS_free(constraints) }
+        func subtrees(_ stack: OpaquePointer?) -> [GeneralName]? {
+            guard let stack else { return nil }
+            return (0..<OPENSSL_sk_num(stack)).compactMap { index in
+                guard let subtree = OPENSSL_sk_value(stack, index)?.assumingMemoryBound(to: GENERAL_SUBTREE.self),
+                      let base = subtree.pointee.base else { return nil }
+                return Self.generalName(base)
+            }
+        }
+        return NameConstraints(permitted: subtrees(constraints.pointee.permittedSubtrees),
+                               excluded: subtrees(constraints.pointee.excludedSubtrees))
+    }
+
+    /// The short names of the extensions OpenSSL knows but cannot decode (a malformed
+    /// authorityInfoAccess, say).
+    public var undecodableExtensions: [String] {
+        var names: [String] = []
+        for index in 0..<X509_get_ext_count(handle) {
+            guard let ext = X509_get_ext(handle, index), let method = X509V3_EXT_get(ext) else { continue }
+            if let decoded = X509V3_EXT_d2i(ext) {
+                if let item = method.pointee.it {
+                    ASN1_item_free(OpaquePointer(decoded), item())
+                } else if let free = method.pointee.ext_free {
+                    free(decoded)
+                }
+            } else {
+                _ = drainErrorQueue()
+                let nid = OBJ_obj2nid(X509_EXTENSION_get_object(ext))
+                names.append(String(cString: OBJ_nid2sn(nid)))
+            }
+        }
+        return names
+    }
+
+    private static func generalName(_ name: UnsafeMutablePointer<GENERAL_NAME>) -> GeneralName {
+        switch name.pointee.type {
+        case GEN_DNS:
+            return .dns(String(decoding: bytes(of: name.pointee.d.dNSName), as: UTF8.self))
+        case GEN_IPADD:
+            return .ip(bytes(of: name.pointee.d.iPAddress))
+        default:
+            return .other(name.pointee.type)
+        }
+    }
+
+    private static func bytes(of string: UnsafePointer<ASN1_STRING>?) -> [UInt8] {
+        guard let string, let data = ASN1_STRING_get0_data(string) else { return [] }
+        return Array(UnsafeBufferPointer(start: data, count: Int(ASN1_STRING_length(string))))
+    }
+}

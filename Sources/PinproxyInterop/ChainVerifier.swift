@@ -58,14 +58,55 @@ public struct ChainVerification: Sendable {
 }
 
 extension TrustStore {
+    /// At most this many extra path-building attempts per verification (see `verify`).
+    static let alternativePathAttempts = 8
+
     /// Builds and verifies a chain for `leaf` with X509_verify_cert: purpose TLS server,
     /// security level 2, the given time, partial chains when this store accepts them, and the leaf checked against
     /// `crls` when given. Verification goes on past each problem so that all are reported.
+    ///
+    /// OpenSSL builds one path and does not backtrack. When that path has a problem at a
+    /// presented intermediate (a name-constraint violation, an issuer that leads nowhere), the
+    /// path is built again without that intermediate, up to `alternativePathAttempts` times;
+    /// the first path OpenSSL verifies without a problem wins. Every path tried is verified in
+    /// full, so leaving candidates out can only find another valid path, never accept an
+    /// invalid one. When none verifies, the first path's problems are reported.
     public func verify(
         leaf: Certificate,
         intermediates: [Certificate],
         at time: Date,
         crls: [RevocationList]? = nil
+    ) -> ChainVerification {
+        let first = verifyOnePath(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
+        guard !first.isVerified else { return first }
+        var pending = Self.alternatives(after: first, candidates: intermediates)
+        var attempts = 0
+        while attempts < Self.alternativePathAttempts, let candidates = pending.popLast() {
+            attempts += 1
+            let result = verifyOnePath(leaf: leaf, intermediates: candidates, at: time, crls: crls)
+            if result.isVerified { return result }
+            pending += Self.alternatives(after: result, candidates: candidates)
+        }
+        return first
+    }
+
+    /// The candidate sets to try after a failed path: each leaves out one presented
+    /// intermediate at which the path had a problem.
+    private static func alternatives(after failed: ChainVerification, candidates: [Certificate]) -> [[Certificate]] {
+        let depths = Set(failed.problems.map(\.depth)).sorted()
+        return depths.reversed().compactMap { depth in
+            guard depth > 0, depth < failed.chain.count, candidates.contains(failed.chain[depth]) else { return nil }
+            let culprit = failed.chain[depth]
+            return candidates.filter { $0 != culprit }
+        }
+    }
+
+    /// One X509_verify_cert run over exactly these candidates.
+    private func verifyOnePath(
+        leaf: Certificate,
+        intermediates: [Certificate],
+        at time: Date,
+        crls: [RevocationList]?
     ) -> ChainVerification {
         guard let context = X509_STORE_CTX_new() else {
             return ChainVerification(chain: [], problems: [Self.internalProblem("X509_STORE_CTX_new")])
@@ -95,9 +136,10 @@ extension TrustStore {
         X509_VERIFY_PARAM_set_purpose(parameters, X509_PURPOSE_SSL_SERVER)
         // Security level 2: no RSA, DSA or DH key under 2048 bits, no EC key under 224 bits.
         X509_VERIFY_PARAM_set_auth_level(parameters, 2)
-        X509_VERIFY_PARAM_set_time(parameters, time_t(time.timeIntervalSince1970.rounded(.down)))
+        let second = time.timeIntervalSince1970.rounded(.down)
+        X509_VERIFY_PARAM_set_time(parameters, time_t(second))
 
-        let collector = ProblemCollector()
+        let collector = ProblemCollector(validationSecond: Date(timeIntervalSince1970: second))
         let unmanaged = Unmanaged.passRetained(collector)
         defer { unmanaged.release() }
         _ = pp_X509_STORE_CTX_set_app_data(context, unmanaged.toOpaque())
@@ -105,7 +147,13 @@ extension TrustStore {
             guard ok == 0, let context, let data = pp_X509_STORE_CTX_get_app_data(context) else { return 1 }
             let collector = Unmanaged<ProblemCollector>.fromOpaque(data).takeUnretainedValue()
             let code = X509_STORE_CTX_get_error(context)
-            let subject = X509_STORE_CTX_get_current_cert(context).map { Certificate(retaining: $0).subject } ?? ""
+            let current = X509_STORE_CTX_get_current_cert(context).map { Certificate(retaining: $0) }
+            // RFC 5280 4.1.2.5: notAfter is inclusive, at the granularity of a second. OpenSSL
+            // counts a certificate as expired from its notAfter second on.
+            if code == X509_V_ERR_CERT_HAS_EXPIRED, let current, current.notAfter >= collector.validationSecond {
+                return 1
+            }
+            let subject = current?.subject ?? ""
             collector.add(ChainProblem(
                 kind: ChainProblem.kind(of: code),
                 code: code,
@@ -143,6 +191,12 @@ extension TrustStore {
 /// Receives problems from the C verify callback; used by one verification on one thread.
 private final class ProblemCollector {
     private(set) var problems: [ChainProblem] = []
+    /// The validation time, truncated to whole seconds (validity is stated in seconds).
+    let validationSecond: Date
+
+    init(validationSecond: Date) {
+        self.validationSecond = validationSecond
+    }
 
     func add(_ problem: ChainProblem) {
         if !problems.contains(problem) { problems.append(problem) }

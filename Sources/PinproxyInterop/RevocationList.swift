@@ -53,4 +53,7 @@ public final class RevocationList: @unchecked Sendable {
 
     /// When the next CRL is due; nil when the CRL gives none.
     public var nextUpdate: Date? { date(from: X509_CRL_get0_nextUpdate(handle)) }
+
+    /// Whether the CRL carries the cRLNumber extension (RFC 5280 5.2.3: conforming issuers MUST).
+    public var hasCRLNumber: Bool { X509_CRL_get_ext_by_NID(handle, NID_crl_number, -1) >= 0 }
 }

@@ -51,11 +51,13 @@ public enum ConfigLoader {
             return (index, HostKeys(index.tables(under: "hosts")))
         }
         let systemStore = InBackground { Result { try TrustStore.system() } }
+        let publicSuffixes = InBackground { Result { () throws(PublicSuffixListError) in try PublicSuffixList.loadSystem() } }
         // Nothing is left running on return: the process may exit right after, and OpenSSL's
         // exit handler must not meet a store being read.
         defer {
             _ = indexing.result()
             _ = systemStore.result()
+            _ = publicSuffixes.result()
         }
         let parsing = Result { try TOMLTable(string: text) }
         let (index, writtenHosts) = indexing.result()
@@ -81,6 +83,9 @@ public enum ConfigLoader {
         free(document)
         guard let config, loader.errors.isEmpty else {
             throw ConfigError(diagnostics: loader.errors.sorted { $0.line < $1.line })
+        }
+        if case .failure(let error) = publicSuffixes.result() {
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: error.description)])
         }
         return config
     }
@@ -114,7 +119,8 @@ private struct Loader {
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
                             "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
-                             "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls"]
+                             "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
+                             "require_web_pki_profile"]
     static let certificateExtensions: Set<String> = ["pem", "crt", "cer", "der"]
     static let warningWindow: TimeInterval = 30 * 86_400
 
@@ -622,6 +628,8 @@ private struct Loader {
                 if let files = strings(value, keyPath) { certificateFiles = files }
             case "enforce":
                 if let flag = bool(value, keyPath) { policy.enforce = flag }
+            case "require_web_pki_profile":
+                if let flag = bool(value, keyPath) { policy.requireWebPKIProfile = flag }
             case "expires":
                 guard let date = value.date else {
                     typeError(keyPath, value, expected: "a date such as 2027-01-31")

@@ -99,6 +99,11 @@ trust = "system"
 # revocation         "off" (default) | "crl" (leaf checked against its issuer's CRL from `crls`)
 #                    | "ocsp-staple" (the server must staple a valid OCSP response)
 # crls               ["crl/issuer.crl"]: CRL files (PEM or DER), with revocation = "crl".
+# require_web_pki_profile
+#                    true (default) | false: with trust "system" or a list, the chain must also
+#                    meet the web-PKI issuance rules (extendedKeyUsage serverAuth, key
+#                    identifiers, the CN among the SANs; README, "Trust decisions"). false for a
+#                    private CA whose certificates lack them.
 #
 # Host patterns: an exact name, "*.example.com" (exactly one more label), or an IP literal.
 # Precedence: exact > "*." > include_subdomains (longest suffix) > [default].

@@ -25,6 +25,7 @@ public enum TrustEvaluator {
     /// 2. The chain, built and verified by OpenSSL to the entry's anchors at `time` (purpose TLS
     ///    server, security level 2, partial chains for listed and pinned anchors, the entry's
     ///    CRLs), and the host against every CA's name constraints; skipped under `trust = "none"`.
+    ///    Then the web-PKI rules beyond OpenSSL (`WebPKIProfile`) on the chain OpenSSL verified.
     /// 3. A required OCSP staple.
     /// 4. The host against the leaf's subjectAltName (DNS, or IP for IP literals).
     /// 5. The pins against the verified chain, any position (only the leaf under `trust = "none"`),
@@ -79,6 +80,7 @@ public enum TrustEvaluator {
         }
 
         // 2. The chain.
+        let failuresBeforeChain = failures.count
         if let store = policy.trust.store {
             let crls: [RevocationList]? = if case .crl(let lists) = policy.revocation { lists } else { nil }
             let verification = store.verify(leaf: leaf, intermediates: Array(presentation.chain.dropFirst()),
@@ -98,6 +100,11 @@ public enum TrustEvaluator {
         } else {
             verified = [leaf]
             notes.append("trust = \"none\": the chain was not verified; only the leaf may match a pin")
+        }
+        // 2b. The web-PKI rules beyond OpenSSL, on the chain it verified (or the leaf alone
+        // under trust = "none"); each failure names its rule.
+        if failures.count == failuresBeforeChain {
+            failures += WebPKIProfile.failures(chain: verified, host: host, policy: policy)
         }
 
         // 3. OCSP staple.

@@ -96,6 +96,9 @@ public struct HostPolicy: Sendable {
         public var ports: Set<UInt16>
         public var minTLS: TLSVersion = .v1_2
         public var revocation: Revocation = .off
+        /// Whether chains verified to the system store or to listed anchors must also meet the
+        /// web-PKI issuance rules (README, "Trust decisions"); false for a private CA that skips them.
+        public var requireWebPKIProfile = true
 
         /// Every default, with the given trust and ports.
         public init(trust: Trust, ports: Set<UInt16>) {
@@ -145,7 +148,7 @@ extension HostPolicy.Settings {
         var parts: [String] = [action.rawValue, trust.name, "\(validateHost)", pinKind.rawValue,
                                pins.map(\.description).sorted().joined(separator: ","), "\(enforce)",
                                expires ?? "-", ports.sorted().map(String.init).joined(separator: ","),
-                               minTLS.rawValue, revocation.name]
+                               minTLS.rawValue, revocation.name, "\(requireWebPKIProfile)"]
         switch trust {
         case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
         case .anchors(_, let certificates), .systemAndListed(_, let certificates):
