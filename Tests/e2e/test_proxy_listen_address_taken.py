@@ -11,7 +11,24 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from proxy_harness import TIMEOUT, connect, make_proxy  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def crowd():
+    """Hundreds of other listening sockets, so that the daemon's look at /proc/net/tcp has to
+    read well past its first page."""
+    socks = []
+    for _ in range(400):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        socks.append(s)
+    yield
+    for s in socks:
+        s.close()
 
 
 def refused_start(make_proxy, port: int) -> str:
