@@ -220,7 +220,7 @@ public struct KeyFileContents: Sendable {
         var group = [CChar](repeating: 0, count: 80)
         var length = 0
         if EVP_PKEY_get_group_name(key, &group, group.count, &length) == 1, length > 0 {
-            let name = String(cString: group)
+            let name = String(decoding: group.prefix(min(length, group.count)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
             algorithm += " " + (name == "prime256v1" ? "P-256" : name == "secp384r1" ? "P-384" : name == "secp521r1" ? "P-521" : name)
         } else if algorithm == "RSA" {
             algorithm += " \(EVP_PKEY_get_bits(key))"

@@ -134,12 +134,16 @@ extension RefusalResponse {
         }
     }
 
-    /// TEXT with control characters (C0, DEL, C1: terminal escapes) replaced by `?`, cut to
-    /// LIMIT characters.
+    /// TEXT with control characters (C0, DEL, C1: terminal escapes), format characters (bidi
+    /// overrides) and line or paragraph separators replaced by `?`, cut to LIMIT characters:
+    /// what a server puts in its certificate cannot restyle or disguise the page.
     static func printable(_ text: String, limit: Int) -> String {
         var scalars = String.UnicodeScalarView()
         for scalar in text.unicodeScalars.prefix(limit) {
-            scalars.append(scalar.properties.generalCategory == .control ? "?" : scalar)
+            switch scalar.properties.generalCategory {
+            case .control, .format, .lineSeparator, .paragraphSeparator: scalars.append("?")
+            default: scalars.append(scalar)
+            }
         }
         return String(scalars) + (text.unicodeScalars.count > limit ? "..." : "")
     }

@@ -267,3 +267,39 @@ def test_git(proxy, in_tls, origin, tmp_path, mode):
         assert "remote: pinproxy refused api.test" in out and "pin-mismatch" in out, out
     else:
         assert "403" in out, out
+
+
+# ---------------------------------------------------------------- Node.js: NODE_EXTRA_CA_CERTS, CONNECT by hand
+
+# Node before 22.21 / 24.5 ignores HTTPS_PROXY (NODE_USE_ENV_PROXY does not exist there), so a
+# script opens the tunnel itself: http.request CONNECT, then tls.connect over the socket, which
+# trusts the bundled roots plus NODE_EXTRA_CA_CERTS. The CONNECT's statusMessage is the reason.
+NODE_GET = r"""
+const http = require('http'), tls = require('tls');
+const [proxyPort, host, port, path] = process.argv.slice(-4);
+const req = http.request({host: '127.0.0.1', port: proxyPort, method: 'CONNECT', path: `${host}:${port}`});
+req.on('connect', (res, socket) => {
+  if (res.statusCode !== 200) { console.log(`CONNECT ${res.statusCode} ${res.statusMessage}`); process.exit(1); }
+  const s = tls.connect({socket, servername: host}, () => {
+    s.write(`GET ${path} HTTP/1.1\r\nHost: ${host}:${port}\r\nConnection: close\r\n\r\n`);
+  });
+  let data = '';
+  s.on('data', d => data += d);
+  s.on('end', () => console.log(data));
+  s.on('error', e => { console.log(`error: ${e.message}`); process.exit(2); });
+});
+req.on('error', e => { console.log(`error: ${e.message}`); process.exit(2); });
+req.end();
+"""
+
+
+def test_node(proxy, origin):
+    node = need("node")
+    env = clean_env(NODE_EXTRA_CA_CERTS=str(proxy.ca_path))
+    res, out = client([node, "-e", NODE_GET, str(proxy.port), ALLOWED, str(origin.port), "/hello.txt"], env)
+    assert res.returncode == 0 and "200 OK" in out and "hello through pinproxy" in out, out
+    res, out = client([node, "-e", NODE_GET, str(proxy.port), API, str(origin.port), "/hello.txt"], env)
+    assert res.returncode == 1 and "CONNECT 403 pinproxy: pin-mismatch for api.test" in out, out
+    # Without NODE_EXTRA_CA_CERTS, the minted leaf is not trusted.
+    res, out = client([node, "-e", NODE_GET, str(proxy.port), ALLOWED, str(origin.port), "/hello.txt"], clean_env())
+    assert res.returncode == 2 and "certificate" in out, out

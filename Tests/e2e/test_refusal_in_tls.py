@@ -136,3 +136,27 @@ def test_refusal_value_is_checked(ws):
     cfg = ws.config('[proxy]\nrefusal = "inside"\n')
     res = ws.check(cfg)
     assert res.code == 1 and "proxy.refusal" in res.err and '"in-tls"' in res.err, res
+
+
+def test_certificate_text_cannot_restyle_the_page(make_proxy, pki, tmp_path):
+    """A server's certificate subject is on the page: control, format (bidi) and separator
+    characters in it are replaced, so it can neither send terminal escapes nor disguise text."""
+    import origin as originlib
+    import pki as pkilib
+
+    forged = "evil\x1b[31mred\u2028line\u0085nel\u202eX\nY"
+    leaf = pkilib.make_leaf(forged, None, san_dns=[API])
+    leaf.write(tmp_path, "forged", leaf)
+    server = originlib.TLSOrigin(tmp_path / "forged-chain.pem", tmp_path / "forged.key", name="forged")
+    try:
+        p = make_proxy(proxy={"allow_ports": [server.port], "refusal": "in-tls"},
+                       hosts={API: {"trust": ["root-a.pem"]}})
+        r, body, t = get_inside(p, API, server.port, "/")
+        t.close()
+        text = body.decode("utf-8")
+        assert r.status == 403 and r.getheader("Pinproxy-Refusal") == "untrusted-chain", text
+        assert "red?line?nel?X" in text, text  # (OpenSSL escapes ESC and newline itself)
+        for character in ("\x1b", "\u2028", "\u0085", "\u202e"):
+            assert character not in text, f"U+{ord(character):04X} reached the page"
+    finally:
+        server.close()
