@@ -52,9 +52,11 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Waits until something listens on 127.0.0.1:PORT (without connecting: a connection to the
+# tunnel forwarder would open a tunnel).
 wait_port() {
     for _ in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        [[ -n $(ss -Hltn "sport = :$1") ]] && return 0
         sleep 0.05
     done
     echo "nothing listens on 127.0.0.1:$1" >&2; exit 1
