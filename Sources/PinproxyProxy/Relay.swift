@@ -69,11 +69,13 @@ extension ClientConnection {
     }
 
     /// `direction` has ended and everything it carried is sent: its sink's peer is told (TLS
-    /// close_notify); once the other direction has ended too, the tunnel closes.
+    /// close_notify); once the other direction has ended too, the tunnel closes. An HTTP/2
+    /// connection has no half-closed state (RFC 9113 §5.4.1; gRPC servers keep their side open
+    /// after a close_notify): an h2 tunnel closes as soon as one direction has ended.
     private func finish(_ direction: Direction, sink: BufferEvent) {
         guard !shutDown.contains(direction) else { return }
         shutDown.insert(direction)
-        if shutDown.contains(direction.other) {
+        if shutDown.contains(direction.other) || upstreamProtocol == .h2 {
             return close()
         }
         sink.shutdownWrite()

@@ -274,6 +274,10 @@ def test_grpc_unary_pinned(proxy, grpc_origin):
     line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("port") == str(grpc_origin),
                               since=mark, what="the decision line")
     assert line["outcome"] == "allowed" and line["alpn"] == "h2", line.raw
+    # HTTP/2 has no half-close: when the client has gone, the tunnel closes (the gRPC server
+    # would keep its side open until idle_timeout, 300 s here).
+    closed = tunnel_closed(proxy, API, grpc_origin, since=mark)
+    assert closed["alpn"] == "h2" and closed["detail"] == "client closed", closed.raw
 
 
 def test_grpc_unary_wrong_pin(proxy, grpc_origin):
@@ -284,6 +288,12 @@ def test_grpc_unary_wrong_pin(proxy, grpc_origin):
 
 
 # ------------------------------------------------ other offers, at the TLS level
+
+
+def upstream_connections(origin: ALPNOrigin, since: int) -> list:
+    """What ORIGIN negotiated on each connection from index SINCE on, once no handshake is running."""
+    return poll(lambda: (lambda seen: seen if seen and "(handshaking)" not in seen else None)(origin.negotiated[since:]),
+                what="the origin's handshakes")
 
 
 def alpn_exchange(proxy, port: int, offer: list[str] | None, host: str = API):
@@ -330,7 +340,13 @@ def test_client_gets_what_the_upstream_negotiated(proxy, alpn_origins, origin, o
     assert selected == expected
     wire = expected or ("http/1.1" if upstream_handshakes[-1] == "http/1.1" else None)
     assert said == f"alpn={wire or '-'}"
-    assert poll(lambda: o.negotiated[before:] if "(handshaking)" not in o.negotiated[before:] else None) == upstream_handshakes
+    seen = upstream_connections(o, before)
+    assert len(seen) == len(upstream_handshakes), seen
+    assert seen[-1] == upstream_handshakes[-1], seen
+    # pinproxy may close a connection it reopens before the origin's thread has finished its
+    # side of the handshake: the origin then records a failure (pinproxy's decision line below
+    # says what that handshake negotiated).
+    assert all(s in (u, "(failed)") for s, u in zip(seen, upstream_handshakes)), seen
     decision(proxy, client_port)
     poll(lambda: len([l for l in proxy.logs(mark) if l.get("event") == "connection"]) == len(upstream_handshakes),
          what="one decision line per upstream handshake")
@@ -371,7 +387,7 @@ def test_reopened_upstream_gets_the_verdict_again(proxy, alpn_origins):
     assert first["outcome"] == "allowed" and first["alpn"] == "h2", first.raw
     line = refusal_logged(proxy, LEAF, o.port, "pin-mismatch", mark)
     assert line["status"] == "200" and "reopened" in line["detail"] and line["alpn"] == "http/1.1", line.raw
-    assert o.negotiated == ["h2", "http/1.1"]
+    assert len(upstream_connections(o, 0)) == 2
     assert not [l for l in proxy.logs(mark) if l.get("event") == "tunnel-closed" and l.get("port") == str(o.port)]
 
 
