@@ -1,6 +1,6 @@
 import Foundation
 import PinproxyInterop
-import PinproxyPolicy
+@testable import PinproxyPolicy
 import XCTest
 
 /// `ConfigLoader`: every error the spec names, at its exact line, every error reported, the
@@ -541,6 +541,37 @@ final class ConfigLoaderTests: XCTestCase {
         // The listed root verifies on top of whatever the system store holds.
         let verdict = try pki.evaluate(config: "[default]\ntrust = [\"system\", \"root-a.pem\"]\n", host: "api.test", chain: "api-chain.pem")
         XCTAssertEqual(verdict.summary, "allow")
+    }
+
+    // MARK: The stages
+
+    /// The whole pipeline from bytes: errors for bytes that are not a config (never a throw or
+    /// a trap), warnings for one that loads.
+    func testDiagnosticsFromBytes() throws {
+        let path = pki.configPath
+        XCTAssertEqual(ConfigLoader.diagnostics(bytes: [0xFF, 0xFE], path: path, directory: pki.directory).map(\.description),
+                       ["\(path): the config is not UTF-8 text"])
+        XCTAssertEqual(ConfigLoader.diagnostics(bytes: Array("[hosts.\"a.test\"]\nenforce = \"no\"\n".utf8), path: path,
+                                                directory: pki.directory).map(\.description),
+                       [#"\#(path):2: hosts."a.test".enforce must be true or false, not a string"#])
+        XCTAssertEqual(ConfigLoader.diagnostics(bytes: Array("[hosts.\"a.test\"]\naction = \"allow-insecure\"\n".utf8), path: path,
+                                                directory: pki.directory).map(\.description),
+                       [#"\#(path):2: warning: hosts."a.test" has action = "allow-insecure": its connections are not checked at all"#])
+        XCTAssertEqual(ConfigLoader.diagnostics(bytes: [], path: path, directory: pki.directory), [])
+    }
+
+    /// The rules stage alone: a decoded policy in, findings out, no file read (the certificate
+    /// named here does not exist, and no rule asks for it).
+    func testRulesStageIsPure() {
+        var policy = RawPolicy(path: ["hosts", "a.test"], name: #"hosts."a.test""#, pattern: HostPattern("a.test"))
+        policy.trust = .none
+        policy.pinKind = .certificate
+        policy.certificateFiles = ["/nonexistent/leaf.pem"]
+        XCTAssertTrue(ConfigRules.check(policy, now: evaluationTime).isEmpty)
+        policy.enforce = false
+        XCTAssertEqual(ConfigRules.check(policy, now: evaluationTime).map(\.message),
+                       [#"hosts."a.test" has enforce = false with trust = "none": the pins are its only protection, and report-only would drop them; remove enforce = false (or verify the chain and the host)"#])
+        XCTAssertEqual(ConfigRules.check(policy, now: evaluationTime).map(\.keyPath), [["hosts", "a.test"]])
     }
 
     /// Relative paths resolve against the config's directory, never the working directory.

@@ -1,0 +1,49 @@
+import Foundation
+
+/// A value computed on another thread while the caller goes on.
+final class InBackground<Value>: @unchecked Sendable {
+    private var value: Value?
+    private let done = DispatchGroup()
+
+    init(_ work: @escaping @Sendable () -> Value) {
+        done.enter()
+        DispatchQueue.global().async { [self] in
+            value = work()
+            done.leave()
+        }
+    }
+
+    /// Waits for the value.
+    func result() -> Value {
+        done.wait()
+        return value!
+    }
+}
+
+/// Hands values that are only read, or owned by one task at a time, to other threads.
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+}
+
+/// One result per slice of a list, each stored by the task that made it.
+final class SliceResults<Result>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var slots: [Result?]
+
+    init(count: Int) {
+        slots = Array(repeating: nil, count: count)
+    }
+
+    func store(_ slice: Int, _ result: Result) {
+        lock.lock()
+        slots[slice] = result
+        lock.unlock()
+    }
+
+    /// Every slot, once all tasks have stored theirs.
+    var all: [Result] {
+        lock.lock()
+        defer { lock.unlock() }
+        return slots.map { $0! }
+    }
+}

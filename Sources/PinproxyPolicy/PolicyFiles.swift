@@ -1,0 +1,199 @@
+import Foundation
+import PinproxyInterop
+
+/// The third stage of loading: reads the certificate and CRL files a checked policy names,
+/// builds its trust store and the `HostPolicy` itself. Each certificate file is read once per
+/// instance, however many entries name it.
+struct PolicyFiles {
+    /// Relative paths are resolved here.
+    let directory: String
+    let now: Date
+    /// The system trust store, read once per load (on another core, while TOMLKit parses).
+    let systemStore: @Sendable () -> Result<TrustStore, Error>
+    private var certificateFiles: [String: [Certificate]] = [:]
+
+    static let certificateExtensions: Set<String> = ["pem", "crt", "cer", "der"]
+
+    init(directory: String, now: Date, systemStore: @escaping @Sendable () -> Result<TrustStore, Error>) {
+        self.directory = directory
+        self.now = now
+        self.systemStore = systemStore
+    }
+
+    /// The policy `raw` describes, with what its files hold; nil (and the errors) when a file
+    /// is missing or unusable. `raw` must have passed `ConfigRules`.
+    mutating func policy(_ raw: RawPolicy, defaultPorts: Set<UInt16>) -> (HostPolicy?, [Finding]) {
+        var findings: [Finding] = []
+        var settings = HostPolicy.Settings(trust: .none, ports: raw.ports ?? defaultPorts)
+        settings.action = raw.action
+        settings.validateHost = raw.validateHost
+        settings.pinKind = raw.pinKind
+        settings.enforce = raw.enforce
+        settings.requireWebPKIProfile = raw.requireWebPKIProfile
+        settings.expires = raw.expires?.written
+        settings.pinsExpireAt = raw.expires?.end
+        settings.includeSubdomains = raw.includeSubdomains
+        settings.minTLS = raw.minTLS
+
+        let pinned = certificates(raw.certificateFiles, raw.path + ["certificates"], what: "pinned certificate", into: &findings) ?? []
+        settings.pinnedCertificates = pinned
+        switch raw.revocation {
+        case .off: settings.revocation = .off
+        case .ocspStaple: settings.revocation = .ocspStaple
+        case .crl: settings.revocation = .crl(revocationLists(raw.crlFiles ?? [], raw.path + ["crls"], into: &findings) ?? [])
+        }
+        var anchors: [Certificate] = []
+        switch raw.trust {
+        case .system:
+            if let store = system(raw.path, into: &findings) { settings.trust = .system(store) }
+        case .pinned:
+            anchors = pinned
+        case .listed(let files, _):
+            anchors = certificates(files, raw.path + ["trust"], what: "anchor", into: &findings) ?? []
+        case .none:
+            settings.trust = .none
+        }
+        guard !findings.hasErrors else { return (nil, findings) }
+        do {
+            switch raw.trust {
+            case .pinned: settings.trust = .pinned(try TrustStore(anchors: anchors))
+            case .listed(_, includingSystem: false): settings.trust = .anchors(try TrustStore(anchors: anchors), anchors)
+            case .listed(_, includingSystem: true):
+                guard let system = system(raw.path, into: &findings) else { return (nil, findings) }
+                settings.trust = .systemAndListed(try system.adding(anchors), anchors)
+            case .system, .none: break
+            }
+        } catch {
+            return (nil, findings + [.error(raw.path + ["trust"], "\(raw.name): cannot build the trust store: \(error)")])
+        }
+
+        var unique: [Pin] = []
+        for pin in raw.pins + pinned.map({ Pin(digest: raw.pinKind == .certificate ? $0.certificateSHA256 : $0.publicKeySHA256) })
+        where !unique.contains(pin) {
+            unique.append(pin)
+        }
+        settings.pins = unique
+        findings += warnings(settings, raw, anchors: anchors)
+        do {
+            return (try HostPolicy(settings), findings)
+        } catch {
+            return (nil, findings + [.error(raw.path, "\(raw.name): \(error)")])
+        }
+    }
+
+    /// What the loaded files tell: a single pin, pinned certificates and anchors expiring soon.
+    private func warnings(_ settings: HostPolicy.Settings, _ raw: RawPolicy, anchors: [Certificate]) -> [Finding] {
+        var findings: [Finding] = []
+        if settings.pinKind != .none && settings.pins.count == 1 {
+            findings.append(.warning(raw.path, "\(raw.name) has a single pin and no backup: add the pin of a backup key so that a key change does not lock clients out"))
+        }
+        let checked = settings.pinnedCertificates.map { ($0, raw.path + ["certificates"], "pinned certificate") }
+            + anchors.filter { !settings.pinnedCertificates.contains($0) }.map { ($0, raw.path + ["trust"], "anchor") }
+        for (certificate, keyPath, what) in checked {
+            let notAfter = certificate.notAfter
+            if notAfter <= now {
+                findings.append(.warning(keyPath, "\(raw.name): \(what) \(certificate.subject) expired on \(rfc3339(notAfter))"))
+            } else if notAfter.timeIntervalSince(now) <= ConfigRules.warningWindow {
+                findings.append(.warning(keyPath, "\(raw.name): \(what) \(certificate.subject) expires on \(rfc3339(notAfter)), within 30 days"))
+            }
+        }
+        return findings
+    }
+
+    /// `file` resolved against the config's directory.
+    func resolve(_ file: String) -> String {
+        file.hasPrefix("/") ? file : URL(fileURLWithPath: directory).appendingPathComponent(file).path
+    }
+
+    /// The system trust store, or an error at `keyPath`.
+    func system(_ keyPath: [String], into findings: inout [Finding]) -> TrustStore? {
+        switch systemStore() {
+        case .success(let store):
+            return store
+        case .failure(let error):
+            findings.append(.error(keyPath, "cannot load the system trust store: \(error)"))
+            return nil
+        }
+    }
+
+    /// Every certificate in the listed files and directories (each certificate file: PEM
+    /// bundle or DER; in a directory, files ending .pem .crt .cer .der in any case, whatever
+    /// bytes their names hold); nil when one cannot be used.
+    mutating func certificates(_ files: [String], _ keyPath: [String], what: String, into findings: inout [Finding]) -> [Certificate]? {
+        var result: [Certificate] = []
+        var failed = false
+        for file in files {
+            let resolved = resolve(file)
+            if let cached = certificateFiles[resolved] {
+                result += cached
+                continue
+            }
+            let path = FilePathBytes(resolved)
+            guard let kind = path.kind else {
+                findings.append(.error(keyPath, element: file, "\(what) \"\(file)\" does not exist (\(resolved))"))
+                failed = true
+                continue
+            }
+            var loaded: [Certificate] = []
+            if kind == .directory {
+                let names: [[UInt8]]
+                do {
+                    names = try path.directoryEntries().filter(Self.hasCertificateExtension)
+                } catch {
+                    findings.append(.error(keyPath, element: file, "\(what) directory \"\(file)\" \(error)"))
+                    failed = true
+                    continue
+                }
+                if names.isEmpty {
+                    findings.append(.error(keyPath, element: file, "\(what) directory \"\(file)\" holds no .pem, .crt, .cer or .der file"))
+                    failed = true
+                    continue
+                }
+                for name in names {
+                    do {
+                        loaded += try Certificate.parseAll(path.appending(name).read())
+                    } catch {
+                        findings.append(.error(keyPath, element: file, "\(what) \"\(file)/\(FilePathBytes.display(name))\" \(error)"))
+                        failed = true
+                    }
+                }
+            } else {
+                do {
+                    loaded = try Certificate.parseAll(path.read())
+                } catch {
+                    findings.append(.error(keyPath, element: file, "\(what) \"\(file)\" \(error)"))
+                    failed = true
+                    continue
+                }
+            }
+            certificateFiles[resolved] = loaded
+            result += loaded
+        }
+        return failed ? nil : result
+    }
+
+    /// Whether a directory entry ends .pem .crt .cer or .der, in any case.
+    static func hasCertificateExtension(_ name: [UInt8]) -> Bool {
+        guard let dot = name.lastIndex(of: UInt8(ascii: ".")), dot > 0 else { return false }
+        return certificateExtensions.contains(String(decoding: name[(dot + 1)...], as: UTF8.self).lowercased())
+    }
+
+    /// Every CRL in the listed files; nil when one cannot be used.
+    func revocationLists(_ files: [String], _ keyPath: [String], into findings: inout [Finding]) -> [RevocationList]? {
+        var result: [RevocationList] = []
+        var failed = false
+        for file in files {
+            let resolved = resolve(file)
+            do {
+                result += try RevocationList.parseAll(FilePathBytes(resolved).read())
+            } catch let error as FileReadError where error == .missing {
+                findings.append(.error(keyPath, element: file, "CRL file \"\(file)\" does not exist (\(resolved))"))
+                failed = true
+            } catch {
+                findings.append(.error(keyPath, element: file, "CRL file \"\(file)\" \(error)"))
+                failed = true
+            }
+        }
+        return failed ? nil : result
+    }
+}
