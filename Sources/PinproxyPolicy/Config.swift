@@ -60,6 +60,14 @@ public struct ProxySettings: Sendable {
     public var refusal: RefusalDelivery = .connect
     /// Where `pinproxy run` writes its process id (for `pinproxy reload`); nil: nowhere.
     public var pidFile: String?
+    /// `report_to`: where pin-failure reports go (RFC 7469 JSON).
+    public var reportTo: [ReportDestination] = []
+    /// A `verify_command` that has not answered within this is killed, and the connection refused.
+    public var verifyCommandTimeout: TimeInterval = 5
+    /// How long a `verify_command` answer is reused for the same chain, host, port and command.
+    public var verifyCommandCache: TimeInterval = 300
+    /// `verify_command`s running at once, at most.
+    public var verifyCommandConcurrency = 4
     /// Event loops (threads); nil means one per core.
     public var workers: Int?
     /// Whole CONNECT request, from accept to the end of its headers.

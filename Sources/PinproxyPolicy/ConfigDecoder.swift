@@ -17,10 +17,11 @@ struct ConfigDecoder {
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
-                            "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file"]
+                            "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
+                            "verify_command_timeout", "verify_command_cache", "verify_command_concurrency"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
-                             "require_web_pki_profile"]
+                             "require_web_pki_profile", "verify_command"]
 
     /// Parses `text` with TOMLKit; a syntax error becomes a diagnostic of `path`.
     static func parse(_ text: String, path: String) -> Result<TOMLTable, ConfigError> {
@@ -125,6 +126,21 @@ struct ConfigDecoder {
                 if let seconds = seconds(value, keyPath) { proxy.drainTimeout = seconds }
             case "admin_timeout":
                 if let seconds = seconds(value, keyPath) { proxy.adminTimeout = seconds }
+            case "report_to":
+                guard let texts = strings(value, keyPath) else { continue }
+                var destinations: [ReportDestination] = []
+                for text in texts {
+                    if let destination = ReportDestination(text, relativeTo: "") { destinations.append(destination) } else {
+                        error(keyPath, element: text, "proxy.report_to: \"\(text)\" is neither \"file:PATH\" nor an https:// URL")
+                    }
+                }
+                proxy.reportTo = destinations
+            case "verify_command_timeout":
+                if let seconds = seconds(value, keyPath) { proxy.verifyCommandTimeout = seconds }
+            case "verify_command_cache":
+                if let count = integer(value, keyPath, in: 0...86_400) { proxy.verifyCommandCache = TimeInterval(count) }
+            case "verify_command_concurrency":
+                if let count = integer(value, keyPath, in: 1...64) { proxy.verifyCommandConcurrency = count }
             default:
                 unknownKey(keyPath, known: Self.proxyKeys)
             }
@@ -210,6 +226,10 @@ struct ConfigDecoder {
                 if let flag = bool(value, keyPath) { policy.enforce = flag }
             case "require_web_pki_profile":
                 if let flag = bool(value, keyPath) { policy.requireWebPKIProfile = flag }
+            case "verify_command":
+                if let command = strings(value, keyPath, allowEmpty: false) {
+                    if command[0].isEmpty { error(keyPath, "\(policy.name): verify_command starts with the executable's path, not an empty string") } else { policy.verifyCommand = command }
+                }
             case "expires":
                 guard let date = value.date else {
                     typeError(keyPath, value, expected: "a date such as 2027-01-31")

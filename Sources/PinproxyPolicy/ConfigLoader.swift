@@ -125,6 +125,10 @@ private struct Load {
         var proxy = decoded.proxy
         if let caDirectory = proxy.caDirectory { proxy.caDirectory = files.resolve(caDirectory) }
         if let pidFile = proxy.pidFile { proxy.pidFile = files.resolve(pidFile) }
+        proxy.reportTo = proxy.reportTo.map { destination in
+            if case .file(let path) = destination { return .file(path: files.resolve(path)) }
+            return destination
+        }
 
         var defaultEntry: PolicyEntry?
         if document["default"] == nil {

@@ -48,19 +48,7 @@ public enum TrustEvaluator {
 
         func finish() -> Verdict {
             failures.sort { $0.reason < $1.reason }
-            let outcome: Verdict.Outcome
-            if let first = failures.first {
-                if policy.enforce {
-                    outcome = .refuse(first.reason)
-                } else if let enforced = failures.first(where: { !$0.reason.mayBeReportOnly }) {
-                    outcome = .refuse(enforced.reason)
-                    notes.append("enforce = false does not apply to \(enforced.reason.rawValue): only pin, unknown-revocation, host and port refusals can be report-only")
-                } else {
-                    outcome = .reportOnly(first.reason)
-                }
-            } else {
-                outcome = .allow
-            }
+            let outcome = Self.outcome(failures, policy: policy, notes: &notes)
             return Verdict(outcome: outcome, entry: entry, failures: failures, presented: presentation.chain,
                            verified: verified, pinCheck: pinCheck, notes: notes)
         }
@@ -139,6 +127,37 @@ public enum TrustEvaluator {
             break
         }
         return finish()
+    }
+
+    /// The outcome of `failures` (sorted, most important first) under `policy`: allow without
+    /// failures; with `enforce = false`, report-only when every failure may be; else refuse.
+    static func outcome(_ failures: [Verdict.Failure], policy: HostPolicy, notes: inout [String]) -> Verdict.Outcome {
+        guard let first = failures.first else { return .allow }
+        if policy.enforce { return .refuse(first.reason) }
+        if let enforced = failures.first(where: { !$0.reason.mayBeReportOnly }) {
+            notes.append("enforce = false does not apply to \(enforced.reason.rawValue): only pin, unknown-revocation, custom-check, host and port refusals can be report-only")
+            return .refuse(enforced.reason)
+        }
+        return .reportOnly(first.reason)
+    }
+
+    /// Whether the entry's `verify_command` must run on `verdict`: the built-in checks let the
+    /// connection through, and the entry checks certificates and names a command.
+    public static func needsCustomCheck(_ verdict: Verdict) -> Bool {
+        verdict.allowsConnection && verdict.entry.policy.action == .verify && verdict.entry.policy.verifyCommand != nil
+    }
+
+    /// `verdict` with the answer of the entry's `verify_command`: a failure adds `custom-check`
+    /// and decides the outcome like any other failure. It can only refuse more: a passed check
+    /// returns `verdict` unchanged.
+    public static func adding(_ check: CustomCheckResult, to verdict: Verdict) -> Verdict {
+        guard !check.passed else { return verdict }
+        var failures = verdict.failures + [Verdict.Failure(.customCheck, check.detail)]
+        failures.sort { $0.reason < $1.reason }
+        var notes = verdict.notes
+        let outcome = Self.outcome(failures, policy: verdict.entry.policy, notes: &notes)
+        return Verdict(outcome: outcome, entry: verdict.entry, failures: failures, presented: verdict.presented,
+                       verified: verdict.verified, pinCheck: verdict.pinCheck, notes: notes)
     }
 
     /// The part of the decision that needs no connection: host-denied and port-denied (and

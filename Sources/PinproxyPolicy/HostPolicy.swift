@@ -99,6 +99,9 @@ public struct HostPolicy: Sendable {
         /// Whether chains verified to the system store or to listed anchors must also meet the
         /// web-PKI issuance rules (README, "Trust decisions"); false for a private CA that skips them.
         public var requireWebPKIProfile = true
+        /// `verify_command`: the operator's own check, run after the built-in ones passed, with
+        /// the verified chain on stdin (`arguments[0]` is the executable's absolute path).
+        public var verifyCommand: [String]?
 
         /// Every default, with the given trust and ports.
         public init(trust: Trust, ports: Set<UInt16>) {
@@ -148,7 +151,8 @@ extension HostPolicy.Settings {
         var parts: [String] = [action.rawValue, trust.name, "\(validateHost)", pinKind.rawValue,
                                pins.map(\.description).sorted().joined(separator: ","), "\(enforce)",
                                expires ?? "-", ports.sorted().map(String.init).joined(separator: ","),
-                               minTLS.rawValue, revocation.name, "\(requireWebPKIProfile)"]
+                               minTLS.rawValue, revocation.name, "\(requireWebPKIProfile)",
+                               verifyCommand.map { $0.joined(separator: "\u{0}") } ?? "-"]
         switch trust {
         case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
         case .anchors(_, let certificates), .systemAndListed(_, let certificates):

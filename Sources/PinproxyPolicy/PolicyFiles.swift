@@ -30,6 +30,15 @@ struct PolicyFiles {
         settings.pinKind = raw.pinKind
         settings.enforce = raw.enforce
         settings.requireWebPKIProfile = raw.requireWebPKIProfile
+        if let command = raw.verifyCommand {
+            let executable = resolve(command[0])
+            if Self.isExecutableFile(executable) {
+                settings.verifyCommand = [executable] + command.dropFirst()
+            } else {
+                findings.append(.error(raw.path + ["verify_command"], element: command[0],
+                                       "\(raw.name): verify_command \"\(command[0])\" is not an executable file (\(executable))"))
+            }
+        }
         settings.expires = raw.expires?.written
         settings.pinsExpireAt = raw.expires?.end
         settings.includeSubdomains = raw.includeSubdomains
@@ -98,6 +107,13 @@ struct PolicyFiles {
             }
         }
         return findings
+    }
+
+    /// Whether `path` is a regular file this process may execute.
+    static func isExecutableFile(_ path: String) -> Bool {
+        var isDirectory: ObjCBool = false
+        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+            && FileManager.default.isExecutableFile(atPath: path)
     }
 
     /// `file` resolved against the config's directory.

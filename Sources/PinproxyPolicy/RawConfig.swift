@@ -41,6 +41,8 @@ struct RawPolicy: Sendable {
     var enforce = true
     /// `require_web_pki_profile`: the web-PKI issuance rules for system and listed anchors.
     var requireWebPKIProfile = true
+    /// `verify_command` as written: the executable, then its arguments.
+    var verifyCommand: [String]?
     /// `expires` as written (YYYY-MM-DD) and the first instant pins are no longer enforced.
     var expires: (written: String, end: Date)?
     var includeSubdomains = false

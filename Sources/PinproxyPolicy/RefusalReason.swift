@@ -12,6 +12,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case revocationUnknown = "revocation-unknown"
     case hostnameMismatch = "hostname-mismatch"
     case pinMismatch = "pin-mismatch"
+    /// The entry's `verify_command` refused a chain the built-in checks accepted.
+    case customCheck = "custom-check"
     // Decided during the upstream handshake.
     case tlsVersion = "tls-version"
     // Decided by the proxy before or around the upstream connection.
@@ -28,7 +30,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     public var isPolicyDecision: Bool {
         switch self {
         case .hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
-             .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch:
+             .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .customCheck:
             return true
         default:
             return false
@@ -36,12 +38,13 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     }
 
     /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
-    /// revocation-unknown (soft fail), host-denied and port-denied. The chain, its dates, the
+    /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
+    /// operator's own check, an addition like pins). The chain, its dates, the
     /// host name and a revocation are always enforced: behind an intercepting proxy the client
     /// has no check of its own left.
     public var mayBeReportOnly: Bool {
         switch self {
-        case .hostDenied, .portDenied, .revocationUnknown, .pinMismatch:
+        case .hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck:
             return true
         default:
             return false

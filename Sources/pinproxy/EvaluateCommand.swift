@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyProxy
 
 /// `pinproxy evaluate`: the daemon's verdict on a chain from a file, offline.
 struct EvaluateCommand: ParsableCommand {
@@ -57,8 +58,15 @@ struct EvaluateCommand: ParsableCommand {
         }
 
         let entry = loaded.policies.lookup(target)
-        let verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
+        var verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
                                               host: target, port: UInt16(port), entry: entry, at: time)
+        if TrustEvaluator.needsCustomCheck(verdict), let command = entry.policy.verifyCommand {
+            // As the daemon does: the verified chain on stdin, after the built-in checks passed.
+            let check = CustomChecks.run(command, host: target.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
+                                         port: UInt16(port), input: Array(verdict.verified.map(\.pem).joined().utf8),
+                                         timeout: loaded.proxy.verifyCommandTimeout)
+            verdict = TrustEvaluator.adding(check, to: verdict)
+        }
         print(verdict.summary)
         print(VerdictReport(verdict: verdict, host: target, port: UInt16(port), time: time).text)
         if !verdict.allowsConnection { throw ExitCode(1) }
