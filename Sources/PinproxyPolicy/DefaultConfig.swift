@@ -42,6 +42,19 @@ block_private_destinations = true
 # signal this daemon and no other (not needed under systemd: systemctl reload pinproxy).
 # pid_file = "/run/user/1000/pinproxy.pid"
 
+# Pin-failure reports (RFC 7469 JSON, plus pinproxy's reason and entry) for every refusal, and
+# every report-only "would refuse", by a certificate reason. "file:PATH" appends JSON lines
+# (reopened on SIGHUP, for logrotate); "https://HOST[:PORT]/PATH" POSTs them in batches (a JSON
+# array) from a thread of their own, with retries; the collector is verified like any other
+# host (its [hosts] entry applies). At most 10 reports per host a minute; a full queue drops.
+# report_to = ["file:/var/log/pinproxy/reports.jsonl", "https://reports.example.com/pinproxy"]
+
+# verify_command (a policy key, below) runs off the event loops: at most this many at once,
+# each killed after its timeout (the connection is then refused), answers reused this long.
+# verify_command_timeout = 5
+# verify_command_concurrency = 4
+# verify_command_cache = 300
+
 # Event loops; default one per core.
 # workers = 2
 
@@ -104,6 +117,11 @@ trust = "system"
 #                    meet the web-PKI issuance rules (extendedKeyUsage serverAuth, key
 #                    identifiers, the CN among the SANs; README, "Trust decisions"). false for a
 #                    private CA whose certificates lack them.
+# verify_command     ["/usr/local/libexec/check-ct", "--strict"]: your own check, run after the
+#                    built-in ones passed, with the verified chain (PEM, leaf first) on stdin and
+#                    PINPROXY_HOST / PINPROXY_PORT set. Exit 0 allows; anything else (or no answer
+#                    within verify_command_timeout) refuses: custom-check, with the first line of
+#                    its stderr. It can only refuse more. enforce = false makes it report-only.
 #
 # Host patterns: an exact name, "*.example.com" (exactly one more label), or an IP literal.
 # Precedence: exact > "*." > include_subdomains (longest suffix) > [default].
@@ -127,6 +145,5 @@ trust = "system"
 #
 # [hosts."tracker.example.com"]
 # action = "deny"
-
 """#
 }
