@@ -73,3 +73,16 @@ let package = Package(
         ),
     ]
 )
+
+// libFuzzer targets (Fuzz/): built only by scripts/fuzz, which sets PINPROXY_FUZZ=1 and builds
+// with --sanitize=fuzzer --sanitize=address. They have no main of their own (libFuzzer's is
+// linked in), so a plain build must not see them.
+if Context.environment["PINPROXY_FUZZ"] == "1" {
+    package.targets.append(.executableTarget(
+        name: "pinproxy-fuzz",
+        dependencies: ["PinproxyProxy", "PinproxyPolicy", "PinproxyInterop"],
+        path: "Fuzz/Sources",
+        swiftSettings: [.unsafeFlags(["-parse-as-library"])]
+    ))
+    package.products.append(.executable(name: "pinproxy-fuzz", targets: ["pinproxy-fuzz"]))
+}

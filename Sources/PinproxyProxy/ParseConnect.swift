@@ -103,10 +103,7 @@ extension ClientConnection {
                     headerBytes += line.utf8.count + 2
                     headerLines += 1
                     guard headerLines <= RequestLine.maxHeaderLines else { return refuse(.badRequest, "more than 100 header lines") }
-                    guard let colon = line.firstIndex(of: ":"), colon != line.startIndex,
-                          line[..<colon].utf8.allSatisfy(RequestLine.isTokenByte) else {
-                        return refuse(.badRequest, "a header line is not NAME: VALUE")
-                    }
+                    guard RequestHeaderLine.isWellFormed(line) else { return refuse(.badRequest, "a header line is not NAME: VALUE") }
                 }
             }
         }

@@ -11,8 +11,8 @@ and is shut down by ``.close()`` (or as a context manager).
     GET  /bytes/N       -> N deterministic bytes (prefix of the big body pattern)
     GET  /echo, POST /echo -> JSON {method, path, headers, body_sha256, body_len, sni}
     anything else       -> 404
-  Records the SNI of every handshake (``.sni``), every request path (``.paths``)
-  and handshake errors (``.errors``).
+  Records the SNI of every handshake (``.sni``), whether it resumed a TLS session
+  (``.resumed``), every request path (``.paths``) and handshake errors (``.errors``).
 - ``PlainHTTPOrigin``: the same handler without TLS (a CONNECT to it fails the
   upstream handshake).
 - ``SilentOrigin``: accepts TCP connections and never sends a byte.
@@ -163,6 +163,7 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             with self.origin._lock:
                 self.origin.handshakes += 1
                 self.origin.versions.append(request.version())
+                self.origin.resumed.append(request.session_reused)
         try:
             super().finish_request(request, client_address)
         except (OSError, ssl.SSLError):
@@ -183,6 +184,7 @@ class _BaseHTTPOrigin:
         self.sni: list[str | None] = []
         self.errors: list[str] = []
         self.versions: list[str] = []
+        self.resumed: list[bool] = []  # per handshake: whether the client resumed a session
         self.handshakes = 0
         self.connections = 0
         fam = socket.AF_INET6 if ":" in address else socket.AF_INET
