@@ -37,6 +37,18 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         }
     }
 
+    /// Whether the certificate the server presented is why: the reasons a pin-failure report
+    /// (`report_to`) is sent for.
+    public var isCertificateReason: Bool {
+        switch self {
+        case .untrustedChain, .certificateExpired, .certificateNotYetValid, .revoked, .revocationUnknown,
+             .hostnameMismatch, .pinMismatch, .customCheck:
+            return true
+        default:
+            return false
+        }
+    }
+
     /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
     /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
     /// operator's own check, an addition like pins). The chain, its dates, the

@@ -6,8 +6,8 @@ import Synchronization
 
 /// Runs entries' `verify_command`s for the workers: never on an event loop. At most
 /// `concurrency` commands run at once, at most `queueLimit` wait (more are refused at once as
-/// `custom-check`), each is killed after `timeout`, and answers are cached per (chain, host,
-/// port, command) for `cacheSeconds`.
+/// `custom-check`), each is killed after its timeout, and answers are cached per (chain, host,
+/// port, command) for the cache time of the config the connection runs under.
 public final class CustomChecks: Sendable {
     struct Key: Hashable, Sendable {
         let chain: [[UInt8]]
@@ -24,21 +24,17 @@ public final class CustomChecks: Sendable {
     private let state = Mutex<State>(State())
     private let slots: DispatchSemaphore
     private let queue = DispatchQueue(label: "pinproxy.verify-command", attributes: .concurrent)
-    private let timeout: TimeInterval
-    private let cacheSeconds: TimeInterval
     private let queueLimit: Int
 
-    init(concurrency: Int, timeout: TimeInterval, cacheSeconds: TimeInterval, queueLimit: Int = 256) {
+    init(concurrency: Int, queueLimit: Int = 256) {
         slots = DispatchSemaphore(value: max(1, concurrency))
-        self.timeout = timeout
-        self.cacheSeconds = cacheSeconds
         self.queueLimit = queueLimit
     }
 
     /// Checks `chain` (the verified chain, leaf first) for `host`:`port` with `command`, and calls
     /// `done` on `loop` with the answer.
-    func check(_ command: [String], chain: [Certificate], host: TargetHost, port: UInt16, on loop: EventLoop,
-               done: @escaping @Sendable (CustomCheckResult) -> Void) {
+    func check(_ command: [String], chain: [Certificate], host: TargetHost, port: UInt16, timeout: TimeInterval,
+               cacheSeconds: TimeInterval, on loop: EventLoop, done: @escaping @Sendable (CustomCheckResult) -> Void) {
         let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         let key = Key(chain: chain.map(\.der), host: name, port: port, command: command)
         let now = ProcessLimits.monotonicSeconds()

@@ -116,6 +116,7 @@ public final class Daemon {
         notifier.ready(status: statusLine())
         control.run()
         for worker in workers { worker.join(timeout: 5) }
+        shared.reports?.stop()
         shared.log.emit(.info, "stopped", [(.detail, "open tunnels at exit: \(shared.openTunnels.load(ordering: .relaxed))")])
         return 0
     }
@@ -160,6 +161,8 @@ public final class Daemon {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
             return
         }
+        // Report files are reopened whatever the config says: logrotate has moved them.
+        shared.reports?.reopenFiles()
         notifier.reloading()
         reloadQueue.async { [shared, settings, notifier] in
             defer {
@@ -200,6 +203,8 @@ public final class Daemon {
         if loaded.logFormat != running.logFormat { changed.append("log_format") }
         if loaded.metricsListen != running.metricsListen { changed.append("metrics_listen") }
         if loaded.pidFile != running.pidFile { changed.append("pid_file") }
+        if loaded.reportTo != running.reportTo { changed.append("report_to") }
+        if loaded.verifyCommandConcurrency != running.verifyCommandConcurrency { changed.append("verify_command_concurrency") }
         return changed
     }
 

@@ -20,6 +20,10 @@ final class SharedState: Sendable {
     let openTunnels = Atomic<Int>(0)
     /// Set at SIGTERM: /healthz then reports 503.
     let draining = Atomic<Bool>(false)
+    /// Where pin-failure reports go (`report_to`); nil when nowhere.
+    let reports: PinFailureReporter?
+    /// The runner of entries' `verify_command`s.
+    let customChecks: CustomChecks
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
     let descriptorCeiling: Int
@@ -35,6 +39,25 @@ final class SharedState: Sendable {
         self.metrics = metrics
         upstreamTLS = try TLSClientContext()
         interceptTLS = try TLSServerContext()
+        let settings = policy.config.proxy
+        customChecks = CustomChecks(concurrency: settings.verifyCommandConcurrency)
+        reports = settings.reportTo.isEmpty ? nil : PinFailureReporter(
+            destinations: settings.reportTo, registry: metrics.registry,
+            checkCollector: { [policy] chain, host, port in
+                // The collector is verified like any other host, under the policy in force now.
+                let config = policy.config
+                return TrustEvaluator.evaluate(.init(chain: chain), host: host, port: port,
+                                               entry: config.policies.lookup(host), at: Date())
+            },
+            resolve: { [policy] host in policy.config.resolve[host]?.first?.description ?? host },
+            log: { [log] warning, detail in log.emit(warning ? .warning : .error, "report-failed", [(.detail, detail)]) })
+    }
+
+    /// Sends a pin-failure report for `verdict`, when a certificate reason refused (or would
+    /// have refused) the connection to `host`:`port`.
+    func report(_ verdict: Verdict, host: TargetHost, port: UInt16) {
+        guard let reports, let reason = verdict.reason, reason.isCertificateReason else { return }
+        reports.submit(PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()), host: host, port: port)
     }
 
     func tunnelOpened() {
