@@ -57,7 +57,7 @@ public final class PinFailureReporter: Sendable {
     private let dropped: Counter
     private let queued: Counter
 
-    public init(destinations: [ReportDestination], registry: PrometheusCollectorRegistry, capacity: Int = 1000,
+    public init(destinations: [ReportDestination], registry: PrometheusCollectorRegistry, capacity: Int = 100,
                 perHostPerMinute: Int = 10, timeout: TimeInterval = 10,
                 checkCollector: @escaping CollectorCheck, resolve: @escaping Resolver, log: @escaping LogLine) {
         self.perHostPerMinute = perHostPerMinute
@@ -119,7 +119,7 @@ private final class Sink: @unchecked Sendable {
     }
 
     /// POSTs carry at most this many reports (a JSON array).
-    static let batchSize = 100
+    static let batchSize = 50
     /// Attempts per HTTPS batch before it is dropped, with backoff doubling from 1 s to 60 s.
     static let attempts = 5
 

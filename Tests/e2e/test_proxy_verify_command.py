@@ -1,0 +1,111 @@
+"""`pinproxy run` with `verify_command`: the operator's own check, in the daemon.
+
+After the built-in checks pass, the daemon runs the command off its event loops with the
+verified chain on stdin: exit 0 lets the tunnel open, anything else (or no answer within
+verify_command_timeout) refuses `custom-check` with the command's first stderr line. Answers are
+cached per (chain, host, port, command) for verify_command_cache seconds. While a slow command
+runs, other clients are served. `enforce = false` makes its refusal report-only.
+"""
+
+from __future__ import annotations
+
+import stat
+import threading
+import time
+
+import origin as originlib
+from proxy_harness import (
+    API,
+    TIMEOUT,
+    Tunnel,
+    connect,
+    expect_refusal,
+    make_proxy,  # noqa: F401 (fixture)
+    origins,  # noqa: F401 (fixture)
+    poll,
+)
+
+CHECKER = """#!/bin/sh
+d="$(dirname "$0")"
+echo "$PINPROXY_HOST $PINPROXY_PORT $(grep -c 'BEGIN CERTIFICATE')" >> "$d/calls.txt"
+case "$1" in
+  pass) exit 0 ;;
+  fail) echo "refused by the test's own check" >&2; exit 2 ;;
+  slow) sleep 30 ;;
+esac
+exit 9
+"""
+
+
+def daemon(make_proxy, origins, pki, tmp_path, mode: str, proxy_keys=None, **entry_keys):
+    checker = tmp_path / "checker.sh"
+    checker.write_text(CHECKER)
+    checker.chmod(checker.stat().st_mode | stat.S_IXUSR)
+    entry = {"trust": ["root-a.pem"], "pin": "public-key", "pins": [pki.spki("int-a"), pki.spki("root-a")],
+             "verify_command": [str(checker), mode], **entry_keys}
+    keys = {"allow_ports": [origins.api.port, origins.other.port], "verify_command_timeout": 1}
+    keys.update(proxy_keys or {})
+    p = make_proxy(proxy=keys, resolve={API: "127.0.0.1", "other.test": "127.0.0.1"},
+                   hosts={API: entry, "other.test": {"trust": ["root-a.pem"]}})
+    return p, tmp_path / "calls.txt"
+
+
+def calls(path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_passing_check_opens_the_tunnel_and_its_answer_is_cached(make_proxy, origins, pki, tmp_path):
+    p, log = daemon(make_proxy, origins, pki, tmp_path, "pass")
+    for _ in range(2):
+        with Tunnel(p, API, origins.api.port) as t:
+            assert t.get("/small") == (200, originlib.SMALL_BODY)
+    assert calls(log) == [f"{API} {origins.api.port} 3"], calls(log)  # leaf, intermediate, root; once
+
+
+def test_no_cache_runs_it_every_time(make_proxy, origins, pki, tmp_path):
+    p, log = daemon(make_proxy, origins, pki, tmp_path, "pass", proxy_keys={"verify_command_cache": 0})
+    for _ in range(2):
+        with Tunnel(p, API, origins.api.port) as t:
+            assert t.get("/small")[0] == 200
+    assert len(calls(log)) == 2, calls(log)
+
+
+def test_a_failing_check_refuses_custom_check(make_proxy, origins, pki, tmp_path):
+    p, _ = daemon(make_proxy, origins, pki, tmp_path, "fail")
+    answer, line = expect_refusal(p, API, origins.api.port, "custom-check")
+    assert answer.status == 403
+    assert "refused by the test's own check" in line.get("detail", ""), line.raw
+    assert pki.spki("api") in line.get("chain", ""), line.raw
+
+
+def test_a_slow_check_refuses_without_holding_up_other_clients(make_proxy, origins, pki, tmp_path):
+    p, _ = daemon(make_proxy, origins, pki, tmp_path, "slow", proxy_keys={"verify_command_timeout": 3})
+    result = {}
+
+    def slow():
+        result["answer"] = connect(p.port, API, origins.api.port, timeout=TIMEOUT)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    poll(lambda: (tmp_path / "calls.txt").exists(), what="the slow check to start")
+    started = time.monotonic()
+    with Tunnel(p, "other.test", origins.other.port) as t:  # served while the check runs
+        assert t.get("/small")[0] == 200
+    assert time.monotonic() - started < 2.5, "another client waited for the slow check"
+    thread.join(TIMEOUT)
+    answer = result["answer"].answer
+    assert answer.status == 403 and answer.refusal == "custom-check", answer
+    line = p.connection_log(result["answer"].client_port)
+    assert "did not answer within 3s" in line.get("detail", ""), line.raw
+
+
+def test_report_only_lets_it_through_and_says_so(make_proxy, origins, pki, tmp_path):
+    p, _ = daemon(make_proxy, origins, pki, tmp_path, "fail", enforce=False)
+    c = connect(p.port, API, origins.api.port)
+    try:
+        assert c.answer.status == 200, c.answer
+        assert c.answer.headers.get("pinproxy-verdict") == "would-refuse custom-check", c.answer
+    finally:
+        c.close()
+    line = p.connection_log(c.client_port)
+    assert line.get("outcome") == "report-only" and line.get("reason") == "custom-check", line.raw
