@@ -8,6 +8,7 @@ import CLibevent
 /// /etc/hosts, read once when the resolver is created.
 public final class DNSResolver {
     let handle: OpaquePointer
+    private unowned let loop: EventLoop
 
     init(loop: EventLoop) {
         guard let handle = evdns_base_new(loop.base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_NAMESERVERS_NO_DEFAULT) else {
@@ -15,11 +16,13 @@ public final class DNSResolver {
         }
         evdns_base_load_hosts(handle, nil)
         self.handle = handle
+        self.loop = loop
         loop._dnsBaseIfCreated = handle
     }
 
-    /// Resolves `name` to its IPv4 and IPv6 addresses; `completion` runs once on the loop
-    /// (possibly before this returns, for names answered from /etc/hosts), unless cancelled.
+    /// Resolves `name` to its IPv4 and IPv6 addresses; `completion` runs once on the loop,
+    /// never before this returns (an answer from /etc/hosts waits for the loop's next pass),
+    /// unless cancelled.
     @discardableResult
     public func resolve(_ name: String, completion: @escaping (Result<[IPAddress], DNSFailure>) -> Void) -> DNSRequest {
         let request = DNSRequest(completion: completion)
@@ -27,13 +30,17 @@ public final class DNSResolver {
         hints.ai_family = AF_UNSPEC
         hints.ai_flags = EVUTIL_AI_ADDRCONFIG
         let context = Unmanaged.passRetained(request).toOpaque()
+        request.starting = true
+        defer { request.started(on: loop) }
         let pending = evdns_getaddrinfo(handle, name, nil, &hints, { result, list, context in
             let request = Unmanaged<DNSRequest>.fromOpaque(context!).takeRetainedValue()
             defer { if let list { evutil_freeaddrinfo(list) } }
             request.pending = nil
-            guard !request.cancelled else { return }
+            // Cancelled by `cancel`, or failed by evdns_base_free when the loop goes away: the
+            // retain above is released, and no completion runs into an object that may be gone.
+            guard !request.cancelled, result != EVUTIL_EAI_CANCEL else { return }
             guard result == 0 else {
-                request.completion(.failure(DNSFailure(message: String(cString: evutil_gai_strerror(result)))))
+                request.deliver(.failure(DNSFailure(message: String(cString: evutil_gai_strerror(result)))))
                 return
             }
             var addresses: [IPAddress] = []
@@ -44,7 +51,7 @@ public final class DNSResolver {
                 }
                 cursor = info.pointee.ai_next
             }
-            request.completion(addresses.isEmpty ? .failure(DNSFailure(message: "no address")) : .success(addresses))
+            request.deliver(addresses.isEmpty ? .failure(DNSFailure(message: "no address")) : .success(addresses))
         }, context)
         request.pending = pending
         return request
@@ -61,15 +68,41 @@ public struct DNSFailure: Error, CustomStringConvertible {
 public final class DNSRequest {
     fileprivate var pending: OpaquePointer?
     fileprivate var cancelled = false
-    fileprivate let completion: (Result<[IPAddress], DNSFailure>) -> Void
+    fileprivate var completion: ((Result<[IPAddress], DNSFailure>) -> Void)?
+    /// While `resolve` runs: an answer that arrives then is held for the loop's next pass.
+    fileprivate var starting = false
+    private var early: Result<[IPAddress], DNSFailure>?
+    private var delivery: Timer?
 
     fileprivate init(completion: @escaping (Result<[IPAddress], DNSFailure>) -> Void) {
         self.completion = completion
     }
 
+    fileprivate func deliver(_ result: Result<[IPAddress], DNSFailure>) {
+        if starting { early = result } else { finish(result) }
+    }
+
+    fileprivate func started(on loop: EventLoop) {
+        starting = false
+        guard let result = early else { return }
+        early = nil
+        // The timer holds this request until it fires or `cancel` drops it.
+        delivery = Timer(loop: loop, after: 0) { [self] in finish(result) }
+    }
+
+    private func finish(_ result: Result<[IPAddress], DNSFailure>) {
+        let completion = self.completion
+        self.completion = nil
+        delivery = nil
+        guard !cancelled else { return }
+        completion?(result)
+    }
+
     /// Stops waiting for the answer.
     public func cancel() {
         cancelled = true
+        completion = nil
+        delivery = nil
         if let pending {
             self.pending = nil
             evdns_getaddrinfo_cancel(pending)
