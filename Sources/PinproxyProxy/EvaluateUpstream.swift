@@ -6,20 +6,20 @@ extension ClientConnection {
     /// Step 6: the verdict on what the server presented, by the same function as `evaluate`.
     /// It runs on resumed sessions too, on the chain stored with the session: resumption
     /// saves the handshake, never a check.
-    func evaluateUpstream() {
-        guard let (host, port) = target, let entry, let upstream else { return }
-        if let handshakeStarted { worker.shared.metrics.handshakeLatency(Date().timeIntervalSince(handshakeStarted)) }
-        let presentation = TrustEvaluator.Presentation(chain: upstream.peerCertificateChain, ocspStaple: upstream.ocspStaple)
+    func evaluateUpstream(_ upstream: Upstream, for destination: Destination) {
+        let connection = upstream.connection
+        worker.shared.metrics.handshakeLatency(Date().timeIntervalSince(upstream.started))
+        // Not read again until the relay starts: what it sends meanwhile waits in the kernel.
+        connection.setReading(false)
+        let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple)
         let started = Date()
-        let verdict = TrustEvaluator.evaluate(presentation, host: host, port: port, entry: entry, at: Date())
+        let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry, at: Date())
         worker.shared.metrics.verificationLatency(Date().timeIntervalSince(started))
         guard verdict.allowsConnection else {
-            if upstream.sessionReused, let sessionKey { worker.shared.sessions.remove(sessionKey) }
+            if connection.sessionReused { worker.shared.sessions.remove(sessionKey(for: destination)) }
             return refuse(verdict: verdict)
         }
-        resumed = upstream.sessionReused
-        upstream.admitSession()
-        self.verdict = verdict
-        intercept()
+        connection.admitSession()
+        intercept(Tunnel(destination: destination, upstream: upstream, verdict: verdict))
     }
 }

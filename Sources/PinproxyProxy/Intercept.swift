@@ -6,12 +6,13 @@ import PinproxyService
 
 extension ClientConnection {
     /// Steps 7–8 (allowed): log the decision, answer 200, then terminate the client's TLS with a
-    /// leaf for the CONNECT host minted by the local CA. A client whose SNI names another
-    /// host fails the handshake (unrecognized_name): not a byte is relayed.
-    func intercept() {
-        guard let (host, _) = target, let verdict else { return }
-        teardownPhase()
+    /// leaf for the CONNECT host minted by the local CA, within `handshake_timeout`. A client
+    /// whose SNI names another host fails the handshake (unrecognized_name): not a byte is relayed.
+    func intercept(_ tunnel: Tunnel) {
+        let verdict = tunnel.verdict
+        let host = tunnel.destination.host
         let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
+        let resumed = tunnel.upstream.connection.sessionReused
         var detail = (verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = "would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")
@@ -24,7 +25,6 @@ extension ClientConnection {
             worker.shared.metrics.connection(outcome: .allowed, reason: nil)
         }
 
-        phase = .clientHandshake
         sendConnectionEstablished()
         let tls: BufferEvent
         do {
@@ -36,31 +36,29 @@ extension ClientConnection {
             return close()
         }
         clientSide = tls
-        phaseTimer = Timer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in
-            self?.logEvent(.warning, "client-handshake-failed", detail: "the client did not finish its TLS handshake in time")
-            self?.close()
-        }
-        tls.onEvent = { [weak self] events in
-            guard let self, self.phase == .clientHandshake else { return }
-            self.phaseTimer = nil
-            guard events.contains(.connected) else {
-                let failure = tls.takeTLSErrors()
-                if let sni = tls.requestedServerName, host.serverName != nil, TargetHost(sni) != host {
-                    self.logEvent(.warning, "sni-mismatch", detail: "the client's SNI \(sni) differs from the CONNECT host \(host): refused in the handshake")
-                } else {
-                    self.logEvent(.warning, "client-handshake-failed", detail: "\(failure) (does the client trust the pinproxy CA? see `pinproxy ca`)")
-                }
-                return self.close()
-            }
-            self.relay()
-        }
+        tls.onEvent = { [weak self] events in self?.clientHandshakeEvent(events) }
+        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
+        enter(.clientHandshake(tunnel, timer: timer))
     }
 
-    /// A line about this connection that is not its decision.
-    func logEvent(_ level: Logger.Level, _ event: String, detail: String) {
-        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
-        if let (host, port) = target { fields += [(.host, host.description), (.port, String(port))] }
-        fields.append((.detail, detail))
-        worker.shared.log.emit(level, event, fields)
+    private func clientHandshakeEvent(_ events: BufferEvent.Events) {
+        guard case .clientHandshake(let tunnel, _) = state else { return unexpected("a client TLS event (\(events.rawValue))") }
+        guard events.contains(.connected) else {
+            let failure = clientSide.takeTLSErrors()
+            let host = tunnel.destination.host
+            if let sni = clientSide.requestedServerName, host.serverName != nil, TargetHost(sni) != host {
+                logEvent(.warning, "sni-mismatch", detail: "the client's SNI \(sni) differs from the CONNECT host \(host): refused in the handshake")
+            } else {
+                logEvent(.warning, "client-handshake-failed", detail: "\(failure) (does the client trust the pinproxy CA? see `pinproxy ca`)")
+            }
+            return close()
+        }
+        relay(tunnel)
+    }
+
+    private func clientHandshakeTimedOut() {
+        guard case .clientHandshake = state else { return unexpected("the client handshake timer") }
+        logEvent(.warning, "client-handshake-failed", detail: "the client did not finish its TLS handshake in time")
+        close()
     }
 }
