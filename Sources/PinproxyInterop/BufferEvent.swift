@@ -111,9 +111,12 @@ public final class BufferEvent {
         let connection = BufferEvent(handle: handle, isTLS: true, loop: loop)
         connection.ownedSSL = ssl
         connection.ownedSocket = socket
-        SSL_set_msg_callback(ssl) { isWrite, _, contentType, message, length, ssl, context in
+        // A HelloRequest means the server wants a new handshake (one during the first handshake
+        // is meaningless, and treated alike). OpenSSL is already processing it when this runs,
+        // so SSL_is_init_finished cannot tell the two apart.
+        SSL_set_msg_callback(ssl) { isWrite, _, contentType, message, length, _, context in
             guard isWrite == 0, contentType == SSL3_RT_HANDSHAKE, length >= 1, let message, let context,
-                  message.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST), SSL_is_init_finished(ssl) == 1 else { return }
+                  message.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
             Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().renegotiationRequested()
         }
         _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, Unmanaged.passUnretained(connection).toOpaque())
