@@ -48,7 +48,7 @@ def read_to_end(tls: ssl.SSLSocket) -> bytes:
     while True:
         try:
             chunk = tls.recv(65536)
-        except (ssl.SSLError, ConnectionError):
+        except (ssl.SSLError, ConnectionError, TimeoutError):
             return data
         if not chunk:
             return data
