@@ -6,9 +6,16 @@ import CLibevent
 
 /// Non-blocking name resolution with libevent's evdns: nameservers from resolv.conf and
 /// /etc/hosts, read once when the resolver is created.
+///
+/// The resolver owns every lookup libevent has not answered yet (evdns only holds an unretained
+/// pointer to it), so freeing the resolver with its loop releases them all, and no callback can
+/// reach a lookup that is gone.
 public final class DNSResolver {
     let handle: OpaquePointer
     private unowned let loop: EventLoop
+    private var outstanding: [ObjectIdentifier: DNSRequest] = [:]
+    /// Set while the loop frees the resolver: no completion runs any more.
+    fileprivate var isClosing = false
 
     init(loop: EventLoop) {
         guard let handle = evdns_base_new(loop.base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_NAMESERVERS_NO_DEFAULT) else {
@@ -17,7 +24,16 @@ public final class DNSResolver {
         evdns_base_load_hosts(handle, nil)
         self.handle = handle
         self.loop = loop
-        loop._dnsBaseIfCreated = handle
+        loop.dnsIfCreated = self
+    }
+
+    /// Called by the loop as it goes away: fails every pending lookup (its callback, if libevent
+    /// runs it, calls no completion) and releases them all.
+    func close() {
+        isClosing = true
+        evdns_base_free(handle, 1)
+        for request in outstanding.values { request.pending = nil }  // freed with the base
+        outstanding.removeAll()
     }
 
     /// Resolves `name` to its IPv4 and IPv6 addresses; `completion` runs once on the loop,
@@ -29,16 +45,20 @@ public final class DNSResolver {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_flags = EVUTIL_AI_ADDRCONFIG
-        let context = Unmanaged.passRetained(request).toOpaque()
+        request.resolver = self
+        outstanding[ObjectIdentifier(request)] = request
+        let context = Unmanaged.passUnretained(request).toOpaque()
         request.starting = true
         defer { request.started(on: loop) }
         let pending = evdns_getaddrinfo(handle, name, nil, &hints, { result, list, context in
-            let request = Unmanaged<DNSRequest>.fromOpaque(context!).takeRetainedValue()
+            // Alive: the resolver holds it until this, its one callback (also after `cancel`).
+            let request = Unmanaged<DNSRequest>.fromOpaque(context!).takeUnretainedValue()
             defer { if let list { evutil_freeaddrinfo(list) } }
             request.pending = nil
-            // Cancelled by `cancel`, or failed by evdns_base_free when the loop goes away: the
-            // retain above is released, and no completion runs into an object that may be gone.
-            guard !request.cancelled, result != EVUTIL_EAI_CANCEL else { return }
+            let resolver = request.resolver
+            resolver?.outstanding[ObjectIdentifier(request)] = nil
+            // Cancelled by `cancel`, or failed as the loop frees the resolver: no completion.
+            guard !request.cancelled, result != EVUTIL_EAI_CANCEL, resolver?.isClosing == false else { return }
             guard result == 0 else {
                 request.deliver(.failure(DNSFailure(message: String(cString: evutil_gai_strerror(result)))))
                 return
@@ -66,6 +86,7 @@ public struct DNSFailure: Error, CustomStringConvertible {
 
 /// An outstanding lookup; `cancel` guarantees its completion never runs.
 public final class DNSRequest {
+    fileprivate weak var resolver: DNSResolver?
     fileprivate var pending: OpaquePointer?
     fileprivate var cancelled = false
     fileprivate var completion: ((Result<[IPAddress], DNSFailure>) -> Void)?

@@ -34,14 +34,12 @@ public final class EventLoop: @unchecked Sendable {
 
     deinit {
         event_free(wakeup)
-        // fail_requests = 1: every pending lookup's callback runs once more (EVUTIL_EAI_CANCEL),
-        // which releases the request it retains and calls no completion.
-        if let dnsBase = _dnsBaseIfCreated { evdns_base_free(dnsBase, 1) }
+        dnsIfCreated?.close()
         event_base_free(base)
     }
 
-    /// Set by DNSResolver so that the loop frees it before the base.
-    var _dnsBaseIfCreated: OpaquePointer?
+    /// Set by DNSResolver so that the loop closes it before freeing the base.
+    var dnsIfCreated: DNSResolver?
 
     /// Runs the loop on the calling thread until `stop` is called.
     public func run() {

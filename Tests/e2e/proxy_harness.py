@@ -309,8 +309,8 @@ def dns_isolation() -> str | None:
     return None
 
 
-def isolated_argv(argv: Sequence[str]) -> list[str]:
-    return ["unshare", "--mount", "sh", "-c", _ISOLATE, "sh", str(_resolv_conf_file()), *argv]
+def isolated_argv(argv: Sequence[str], resolv_conf: Path | None = None) -> list[str]:
+    return ["unshare", "--mount", "sh", "-c", _ISOLATE, "sh", str(resolv_conf or _resolv_conf_file()), *argv]
 
 
 # --------------------------------------------------------------------------
@@ -337,6 +337,7 @@ class Proxy:
         config_text: str | None = None,
         port: int | None = None,
         isolate_dns: bool = True,
+        resolv_conf: Path | None = None,
     ):
         self.bin = Path(binary)
         self.dir = Path(directory)
@@ -363,6 +364,8 @@ class Proxy:
         self.default = dict(default if default is not None else {"action": "deny"})
         self.hosts = {k: dict(v) for k, v in (hosts or {}).items()}
         self.isolate_dns = isolate_dns and dns_isolation() is None
+        #: The daemon's /etc/resolv.conf (loopback servers only); default: no server at all.
+        self.resolv_conf = resolv_conf
         self.proc: subprocess.Popen | None = None
         self._stopped = False
         self._ca: tuple[Path, str] | None = None
@@ -387,7 +390,7 @@ class Proxy:
     # ---- process
     def argv(self) -> list[str]:
         argv = [str(self.bin), "run", "--config", str(self.config_path)]
-        return isolated_argv(argv) if self.isolate_dns else argv
+        return isolated_argv(argv, self.resolv_conf) if self.isolate_dns else argv
 
     def start(self, wait: bool = True) -> "Proxy":
         err = open(self.log_path, "ab")

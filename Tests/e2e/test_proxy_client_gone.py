@@ -19,6 +19,7 @@ from proxy_harness import (
     API,
     Blackhole,
     TIMEOUT,
+    dns_isolation,
     https_get,
     make_proxy,  # noqa: F401 (fixture)
     open_descriptors,
@@ -44,24 +45,36 @@ def connect_and_close(proxy_port: int, host: str, port: int) -> int:
         s.close()
 
 
-@pytest.fixture(params=["upstream-handshake", "connecting"])
-def stuck_upstream(request, origins):
-    """The port of an upstream on 127.0.0.1 where a connection gets stuck in that phase."""
+@pytest.fixture(params=["resolving", "connecting", "upstream-handshake"])
+def stuck(request, origins, tmp_path):
+    """(host, port, daemon keywords) of an upstream where a connection gets stuck in that phase."""
     if request.param == "upstream-handshake":
-        yield origins.silent.port
-    else:
+        yield API, origins.silent.port, {}
+    elif request.param == "connecting":
         hole = Blackhole("127.0.0.1")
-        yield hole.port
+        yield API, hole.port, {}
         hole.close()
+    else:
+        # A DNS server on loopback that never answers; the daemon asks it, and only it.
+        if dns_isolation() is not None:
+            pytest.skip(f"the daemon cannot be given its own resolv.conf: {dns_isolation()}")
+        silent_dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        silent_dns.bind(("127.0.0.1", 0))
+        resolv_conf = tmp_path / "resolv.conf"
+        resolv_conf.write_text(f"nameserver 127.0.0.1:{silent_dns.getsockname()[1]}\noptions timeout:{UPSTREAM_TIMEOUT} attempts:1\n")
+        yield "unresolved.test", origins.silent.port, {"resolv_conf": resolv_conf}
+        silent_dns.close()
 
 
-def test_departed_clients_free_their_slots_at_once(make_proxy, origins, pki, stuck_upstream):
+def test_departed_clients_free_their_slots_at_once(make_proxy, origins, pki, stuck):
+    host, port, extra = stuck
     good_port = origins.api.port
     p = make_proxy(
-        proxy={"allow_ports": [stuck_upstream, good_port], "max_connections": FLOOD // 3,
+        proxy={"allow_ports": [port, good_port], "max_connections": FLOOD // 3, "dns_timeout": UPSTREAM_TIMEOUT,
                "handshake_timeout": UPSTREAM_TIMEOUT, "connect_timeout": UPSTREAM_TIMEOUT},
         resolve={API: "127.0.0.1", GOOD_HOST: "127.0.0.1"},
-        hosts={API: pinned_entry(pki, "api", "int-a"), GOOD_HOST: {"action": "allow-insecure"}},
+        hosts={host: pinned_entry(pki, "api", "int-a"), GOOD_HOST: {"action": "allow-insecure"}},
+        **extra,
     )
     status, body, _, _ = https_get(p, GOOD_HOST, good_port, "/small")
     assert status == 200 and body
@@ -78,7 +91,7 @@ def test_departed_clients_free_their_slots_at_once(make_proxy, origins, pki, stu
         return lines if len(lines) >= len(wanted) else None
 
     for _ in range(FLOOD // WAVE):
-        wave = [connect_and_close(p.port, API, stuck_upstream) for _ in range(WAVE)]
+        wave = [connect_and_close(p.port, host, port) for _ in range(WAVE)]
         clients += wave
         poll(lambda: decisions(wave), what=f"a decision line for each client of the wave\n{p.describe()}")
 
