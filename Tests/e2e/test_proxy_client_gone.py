@@ -5,7 +5,8 @@ finishes (an origin that accepts TCP and never speaks, or an address that never 
 connect), must not hold descriptors or connection slots until handshake_timeout or
 connect_timeout: the daemon watches the client in every phase, abandons the upstream work
 when it leaves, and logs that once (`event=connection outcome=client-gone`), never an
-`upstream-timeout` refusal nobody reads. A good client is served throughout, and the
+`upstream-timeout` refusal nobody reads (and counts it, `outcome="client_gone"` in
+`pinproxy_connections_total`). A good client is served throughout, and the
 descriptor count returns to its idle value.
 """
 
@@ -20,6 +21,7 @@ from proxy_harness import (
     Blackhole,
     TIMEOUT,
     dns_isolation,
+    free_port,
     https_get,
     make_proxy,  # noqa: F401 (fixture)
     open_descriptors,
@@ -27,6 +29,7 @@ from proxy_harness import (
     pinned_entry,
     poll,
 )
+from service_support import scrape
 
 FLOOD = 150
 WAVE = 25
@@ -69,9 +72,11 @@ def stuck(request, origins, tmp_path):
 def test_departed_clients_free_their_slots_at_once(make_proxy, origins, pki, stuck):
     host, port, extra = stuck
     good_port = origins.api.port
+    mport = free_port()
     p = make_proxy(
         proxy={"allow_ports": [port, good_port], "max_connections": FLOOD // 3, "dns_timeout": UPSTREAM_TIMEOUT,
-               "handshake_timeout": UPSTREAM_TIMEOUT, "connect_timeout": UPSTREAM_TIMEOUT},
+               "handshake_timeout": UPSTREAM_TIMEOUT, "connect_timeout": UPSTREAM_TIMEOUT,
+               "metrics_listen": f"127.0.0.1:{mport}"},
         resolve={API: "127.0.0.1", GOOD_HOST: "127.0.0.1"},
         hosts={host: pinned_entry(pki, "api", "int-a"), GOOD_HOST: {"action": "allow-insecure"}},
         **extra,
@@ -105,6 +110,9 @@ def test_departed_clients_free_their_slots_at_once(make_proxy, origins, pki, stu
         assert [l["outcome"] for l in found] == ["client-gone"], (client, [l.raw for l in found])
         assert "status" not in found[0] and "reason" not in found[0], found[0].raw
     assert not [l for l in p.logs() if l.get("reason") == "upstream-timeout"]
+    metrics = scrape(mport)
+    assert metrics.value("pinproxy_connections_total", outcome="client_gone", reason="none") == FLOOD, metrics
+    assert metrics.value("pinproxy_connections_total", outcome="allowed", reason="none") == 1, metrics
 
     # The descriptors come back (both sides of every departed connection), and a good client
     # is served: the flood held no slot longer than its client stayed.
