@@ -34,6 +34,17 @@ public final class BufferEvent {
     /// For a TLS filter: the plain buffer event underneath, which outlives the filter until
     /// the last encrypted bytes have left its buffer.
     private var underlying: BufferEvent?
+    /// What this object frees itself after the buffer event (see `connectTLS` and `acceptTLS`):
+    /// the SSL, and for an upstream connection the socket.
+    private var ownedSSL: OpaquePointer?
+    private var ownedSocket: Int32 = -1
+    /// While lingering: the timer that gives up on a peer that stopped reading.
+    private var lingerWatchdog: Timer?
+    /// Set once the peer asked for a second handshake (a TLS 1.2 HelloRequest), which is refused.
+    public private(set) var renegotiationAttempted = false
+    /// Called on the loop's next pass after a refused renegotiation request.
+    public var onRenegotiationAttempt: (() -> Void)?
+    private var renegotiationNotice: Timer?
     public var onRead: (() -> Void)?
     public var onWrite: (() -> Void)?
     public var onEvent: ((Events) -> Void)?
@@ -72,6 +83,8 @@ public final class BufferEvent {
     /// The event callback reports `.connected` once the handshake completes.
     /// With `sessions` and `sessionKey`, a cached session is offered for resumption, and the
     /// sessions of this connection are cached once `admitSession` is called.
+    /// Renegotiation is refused (the context sets SSL_OP_NO_RENEGOTIATION); a server that asks
+    /// for it sets `renegotiationAttempted` and calls `onRenegotiationAttempt`.
     public static func connectTLS(loop: EventLoop, socket: Int32, context: TLSClientContext, serverName: String?,
                                   minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
                                   sessions: TLSSessionCache? = nil, sessionKey: String? = nil) throws -> BufferEvent {
@@ -84,15 +97,38 @@ public final class BufferEvent {
             closeSocket(socket)
             throw error
         }
-        guard let handle = bufferevent_openssl_socket_new(loop.base, socket, ssl, BUFFEREVENT_SSL_CONNECTING,
-                                                          Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
+        // Without BEV_OPT_CLOSE_ON_FREE, this object owns the SSL and the socket whatever
+        // happens: with it, a failure after libevent has taken the SSL frees the SSL and closes
+        // the socket inside libevent (2.1.9+), and an earlier failure frees neither, so the
+        // caller could not know what is left to free.
+        guard let handle = bufferevent_openssl_socket_new(loop.base, socket, ssl, BUFFEREVENT_SSL_CONNECTING, 0) else {
             releaseSessionSlot(ssl)
             SSL_free(ssl)
             closeSocket(socket)
             throw OpenSSLError.drain("bufferevent_openssl_socket_new")
         }
         bufferevent_openssl_set_allow_dirty_shutdown(handle, 1)
-        return BufferEvent(handle: handle, isTLS: true, loop: loop)
+        let connection = BufferEvent(handle: handle, isTLS: true, loop: loop)
+        connection.ownedSSL = ssl
+        connection.ownedSocket = socket
+        // A HelloRequest means the server wants a new handshake (one during the first handshake
+        // is meaningless, and treated alike). OpenSSL is already processing it when this runs,
+        // so SSL_is_init_finished cannot tell the two apart.
+        SSL_set_msg_callback(ssl) { isWrite, _, contentType, message, length, _, context in
+            guard isWrite == 0, contentType == SSL3_RT_HANDSHAKE, length >= 1, let message, let context,
+                  message.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
+            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().renegotiationRequested()
+        }
+        _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, Unmanaged.passUnretained(connection).toOpaque())
+        return connection
+    }
+
+    /// Runs inside OpenSSL (during a read): only records the request, and tells the owner on
+    /// the loop's next pass.
+    private func renegotiationRequested() {
+        renegotiationAttempted = true
+        guard renegotiationNotice == nil else { return }
+        renegotiationNotice = Timer(loop: loop, after: 0) { [weak self] in self?.onRenegotiationAttempt?() }
     }
 
     /// Starts a TLS server handshake on top of this plain buffer event (bytes the client sent
@@ -110,6 +146,7 @@ public final class BufferEvent {
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
         // the bytes still in its output) to this object's `linger`.
         guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
+            // Without BEV_OPT_CLOSE_ON_FREE, libevent never frees the SSL, even on failure.
             SSL_free(ssl)
             throw OpenSSLError.drain("bufferevent_openssl_filter_new")
         }
@@ -121,6 +158,7 @@ public final class BufferEvent {
         onEvent = nil
         let tls = BufferEvent(handle: filter, isTLS: true, loop: loop)
         tls.underlying = self
+        tls.ownedSSL = ssl
         return tls
     }
 
@@ -136,19 +174,28 @@ public final class BufferEvent {
         onRead = nil
         onWrite = nil
         onEvent = nil
-        var filterSSL: OpaquePointer?
-        if isTLS, let ssl = bufferevent_openssl_get_ssl(handle) {
+        onRenegotiationAttempt = nil
+        renegotiationNotice = nil
+        lingerWatchdog?.cancel()
+        lingerWatchdog = nil
+        if let ssl = ownedSSL {
             if SSL_is_init_finished(ssl) == 1 { _ = SSL_shutdown(ssl) }
-            if underlying == nil { releaseSessionSlot(ssl) } else { filterSSL = ssl }
+            if underlying == nil { releaseSessionSlot(ssl) }
+            _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
             _ = drainErrorQueue()
         }
         bufferevent_free(handle)
-        if let filterSSL {
-            // libevent frees a filter's SSL only with BEV_OPT_CLOSE_ON_FREE, which this filter
-            // lacks (see `acceptTLS`). Freed on the loop's next pass, when libevent has surely
-            // finished with the filter.
-            let owned = OwnedSSL(pointer: filterSSL)
-            loop.post { SSL_free(owned.pointer) }
+        if ownedSSL != nil || ownedSocket >= 0 {
+            // Neither buffer event was made with BEV_OPT_CLOSE_ON_FREE (see `connectTLS` and
+            // `acceptTLS`): the SSL and the socket are freed here, on the loop's next pass, when
+            // libevent has surely finished with the buffer event.
+            let owned = OwnedTLS(ssl: ownedSSL, socket: ownedSocket)
+            ownedSSL = nil
+            ownedSocket = -1
+            loop.post {
+                if let ssl = owned.ssl { SSL_free(ssl) }
+                if owned.socket >= 0 { closeSocket(owned.socket) }
+            }
         }
         if let underlying {
             self.underlying = nil
@@ -163,27 +210,21 @@ public final class BufferEvent {
         installCallbacks()
         setReading(false)
         guard outputLength > 0 else { return close() }
-        var watchdog: Timer?
         var lastLength = outputLength
         var lastProgress = loop.now
         setWriteLowWatermark(0)
+        // These closures (and the watchdog's) hold this object until `close`, which releases
+        // them all: nothing refers to the watchdog but this object.
         onWrite = { [self] in
-            if outputLength == 0 {
-                watchdog?.cancel()
-                close()
-            }
+            if outputLength == 0 { close() }
         }
-        onEvent = { [self] _ in
-            watchdog?.cancel()
-            close()
-        }
-        watchdog = Timer(loop: loop, after: 1, repeats: true) { [self] in
+        onEvent = { [self] _ in close() }
+        lingerWatchdog = Timer(loop: loop, after: 1, repeats: true) { [self] in
             let length = outputLength
             if length < lastLength {
                 lastLength = length
                 lastProgress = loop.now
             } else if loop.now - lastProgress >= Self.lingerTimeout {
-                watchdog?.cancel()
                 close()
             }
         }
@@ -226,6 +267,12 @@ public final class BufferEvent {
     public var outputLength: Int {
         guard let handle else { return 0 }
         return evbuffer_get_length(bufferevent_get_output(handle))
+    }
+
+    /// Bytes received and not yet read.
+    public var inputLength: Int {
+        guard let handle else { return 0 }
+        return evbuffer_get_length(bufferevent_get_input(handle))
     }
 
     /// Removes one line (ended by CRLF or LF) of at most `maxLength` bytes from the input.
@@ -399,7 +446,8 @@ private func releaseSessionSlot(_ ssl: OpaquePointer) {
     Unmanaged<SessionSlot>.fromOpaque(data).release()
 }
 
-/// An SSL handed to the loop to be freed there.
-private struct OwnedSSL: @unchecked Sendable {
-    let pointer: OpaquePointer
+/// An SSL and a socket handed to the loop to be freed there.
+private struct OwnedTLS: @unchecked Sendable {
+    let ssl: OpaquePointer?
+    let socket: Int32
 }

@@ -34,12 +34,12 @@ public final class EventLoop: @unchecked Sendable {
 
     deinit {
         event_free(wakeup)
-        if let dnsBase = _dnsBaseIfCreated { evdns_base_free(dnsBase, 0) }
+        dnsIfCreated?.close()
         event_base_free(base)
     }
 
-    /// Set by DNSResolver so that the loop frees it before the base.
-    var _dnsBaseIfCreated: OpaquePointer?
+    /// Set by DNSResolver so that the loop closes it before freeing the base.
+    var dnsIfCreated: DNSResolver?
 
     /// Runs the loop on the calling thread until `stop` is called.
     public func run() {
@@ -74,27 +74,37 @@ public final class EventLoop: @unchecked Sendable {
     }
 }
 
-/// A one-shot or repeating timer on a loop; cancelled when released or by `cancel`.
+/// A one-shot or repeating timer on a loop; cancelled when released or by `cancel`, which also
+/// releases the action (and so whatever it captured).
 public final class Timer {
     private var event: OpaquePointer?
-    private let action: () -> Void
+    private var action: (() -> Void)?
     private let repeats: Bool
+    /// Held so that the loop's base outlives this timer's event.
+    private let loop: EventLoop
+
+    /// Whether the timer can still fire.
+    public var isPending: Bool { event != nil }
 
     /// Fires `action` on `loop` after `interval` seconds (every `interval` when `repeats`).
     public init(loop: EventLoop, after interval: TimeInterval, repeats: Bool = false, _ action: @escaping () -> Void) {
         self.action = action
         self.repeats = repeats
+        self.loop = loop
         let context = Unmanaged.passUnretained(self).toOpaque()
         event = event_new(loop.base, -1, repeats ? Int16(EV_PERSIST) : 0, { _, _, context in
             let timer = Unmanaged<Timer>.fromOpaque(context!).takeUnretainedValue()
-            timer.action()
+            // A local copy: the action may cancel its own timer, which releases the stored one.
+            let action = timer.action
+            action?()
         }, context)
         var tv = timeval(interval)
         event_add(event, &tv)
     }
 
-    /// Stops the timer; it will not fire again.
+    /// Stops the timer; it will not fire again, and its action is released.
     public func cancel() {
+        action = nil
         if let event {
             event_free(event)
             self.event = nil
@@ -110,9 +120,12 @@ public final class Timer {
 public final class SignalWatcher {
     private var event: OpaquePointer?
     private let action: () -> Void
+    /// Held so that the loop's base outlives this watcher's event.
+    private let loop: EventLoop
 
     public init(loop: EventLoop, signal number: Int32, _ action: @escaping () -> Void) {
         self.action = action
+        self.loop = loop
         let context = Unmanaged.passUnretained(self).toOpaque()
         event = event_new(loop.base, number, Int16(EV_SIGNAL | EV_PERSIST), { _, _, context in
             Unmanaged<SignalWatcher>.fromOpaque(context!).takeUnretainedValue().action()

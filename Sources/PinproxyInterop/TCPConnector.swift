@@ -15,19 +15,21 @@ public final class TCPConnector {
     private var event: OpaquePointer?
     private var socket: Int32 = -1
     private var completion: ((Result<Int32, Failure>) -> Void)?
+    /// Held so that the loop's base outlives this connector's event.
+    private let loop: EventLoop
 
     /// Starts connecting to `address`. On success the completion receives the connected socket,
     /// which the caller then owns.
     public init(loop: EventLoop, address: SocketAddress, timeout: TimeInterval, completion: @escaping (Result<Int32, Failure>) -> Void) {
         self.completion = completion
+        self.loop = loop
         let family = address.address.isIPv6 ? AF_INET6 : AF_INET
         socket = Glibc.socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard socket >= 0 else {
             finishLater(loop, .failure(.failed(String(cString: strerror(errno)))))
             return
         }
-        var one: Int32 = 1
-        setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        setNoDelay(socket)
         let status = address.withSockaddr { Glibc.connect(socket, $0, $1) }
         if status != 0 && errno != EINPROGRESS {
             let message = String(cString: strerror(errno))
@@ -102,4 +104,11 @@ public final class TCPConnector {
     deinit {
         cancel()
     }
+}
+
+/// Turns Nagle's algorithm off on a TCP socket: TLS sends small records (session tickets, the
+/// end of a handshake) that must not wait for the peer's delayed ACK.
+public func setNoDelay(_ socket: Int32) {
+    var one: Int32 = 1
+    setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
 }

@@ -3,6 +3,9 @@ import Foundation
 import COpenSSL
 import CPinproxyShims
 
+/// SSL_OP_NO_RENEGOTIATION (a macro Swift does not import): TLS 1.2 renegotiation refused.
+private let noRenegotiation: UInt64 = 1 << 30
+
 /// TLS protocol versions pinproxy can require.
 public enum TLSProtocolVersion: Sendable {
     case tls12, tls13
@@ -20,6 +23,10 @@ public final class TLSClientContext: @unchecked Sendable {
         self.handle = handle
         SSL_CTX_set_verify(handle, SSL_VERIFY_NONE, nil)
         _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
+        // A TLS 1.2 server could otherwise renegotiate, after the verdict, to a certificate the
+        // verdict never saw. A HelloRequest is answered with a no_renegotiation alert (and
+        // reported: see `BufferEvent.connectTLS`).
+        _ = SSL_CTX_set_options(handle, noRenegotiation)
         _ = pp_SSL_CTX_set_session_cache_mode(handle, Int(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE))
         pp_SSL_CTX_sess_set_new_cb(handle, newSessionCallback)
     }
@@ -58,6 +65,7 @@ public final class TLSServerContext: @unchecked Sendable {
         guard let handle = SSL_CTX_new(TLS_server_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
         self.handle = handle
         _ = pp_SSL_CTX_set_min_proto_version(handle, TLS1_2_VERSION)
+        _ = SSL_CTX_set_options(handle, noRenegotiation)  // clients get no second handshake either
         ClientHelloTerms.install(on: handle)
     }
 

@@ -61,7 +61,7 @@ block_private_destinations = true
 # Limits and timeouts (seconds). These are the defaults.
 # request_timeout = 10       # whole CONNECT request, from accept to the blank line
 # dns_timeout = 10           # resolving one destination
-# connect_timeout = 10       # TCP connect to one upstream address
+# connect_timeout = 10       # TCP connect, all of the upstream's addresses together
 # handshake_timeout = 10     # each TLS handshake (upstream, then client)
 # idle_timeout = 300         # a tunnel with no traffic either way is closed
 # drain_timeout = 30         # on SIGTERM, how long open tunnels may finish

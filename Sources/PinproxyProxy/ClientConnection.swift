@@ -3,113 +3,348 @@ import Logging
 import PinproxyInterop
 import PinproxyPolicy
 
+typealias LoopTimer = PinproxyInterop.Timer
+
 /// One client connection through its whole life: parse CONNECT → look up policy → resolve →
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
 /// offer: connect → upstream TLS → evaluate again) → relay. Each step lives in the file named
 /// after it; all of them run on the connection's worker loop.
+///
+/// The connection is a state machine. Each `State` holds what its step works with (the
+/// destination once known, the pending lookup or connect, the upstream, the verdict) and the
+/// step's timer, so no step can run without its data or wait without a deadline: leaving a
+/// state drops its timer. Every event switches on the state; an event in a state where it
+/// cannot happen closes the connection with a log line (`unexpected`), never silently.
 final class ClientConnection {
-    /// Where the connection is in its life.
-    enum Phase {
-        case readingRequestLine, readingHeaders, resolving, connecting, upstreamHandshake, clientHandshake, relaying, closing, closed
+    /// Where the connection is in its life, with what that step needs.
+    enum State {
+        /// Reading the CONNECT request, within `request_timeout`.
+        case readingRequest(RequestHead, timer: LoopTimer)
+        /// Waiting for DNS, within `dns_timeout`.
+        case resolving(Destination, DNSRequest, timer: LoopTimer)
+        /// Connecting to the checked addresses in turn, all within `connect_timeout`: for the
+        /// first upstream, or again for the client's ALPN offer (`opening`).
+        case connecting(Destination, ConnectAttempt, Opening)
+        /// The upstream TLS handshake, within `handshake_timeout`.
+        case upstreamHandshake(Destination, Upstream, timer: LoopTimer, Opening)
+        /// The verdict allowed the upstream and the 200 is sent: reading the client's
+        /// ClientHello (kept buffered) to learn its ALPN offer. The timer is the client's
+        /// `handshake_timeout`, which runs on into `clientHandshake`.
+        case readingClientHello(Tunnel, ClientHelloReader, timer: LoopTimer)
+        /// The client's TLS handshake, within `handshake_timeout`.
+        case clientHandshake(Tunnel, timer: LoopTimer)
+        /// Bytes both ways; the timer checks `idle_timeout`.
+        case relaying(Tunnel, idleCheck: LoopTimer)
+        /// A refusal is being sent; the connection closes once it is (at most `refusalGrace`).
+        case refusing(grace: LoopTimer)
+        /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
+        /// `clientSide` (with its own timeout) and ends the connection once.
+        case refusingInTLS(Subject, RefusalReason)
+        case closed
+
+        /// For log lines about events in the wrong state.
+        var name: String {
+            switch self {
+            case .readingRequest: "reading-request"
+            case .resolving: "resolving"
+            case .connecting(_, _, .first): "connecting"
+            case .connecting(_, _, .reopen): "reopen-connecting"
+            case .upstreamHandshake(_, _, _, .first): "upstream-handshake"
+            case .upstreamHandshake(_, _, _, .reopen): "reopen-upstream-handshake"
+            case .readingClientHello: "reading-client-hello"
+            case .clientHandshake: "client-handshake"
+            case .relaying: "relaying"
+            case .refusing: "refusing"
+            case .refusingInTLS: "refusing-in-tls"
+            case .closed: "closed"
+            }
+        }
+
+        /// Stops the work this state waits for outside the connection (a DNS lookup, a
+        /// connect). Its timer goes with the state; buffer events are closed by `close`.
+        func abandonWaits() {
+            switch self {
+            case .resolving(_, let request, _): request.cancel()
+            case .connecting(_, let attempt, _): attempt.connector.cancel()
+            case .readingRequest, .upstreamHandshake, .readingClientHello, .clientHandshake, .relaying, .refusing,
+                 .refusingInTLS, .closed: break
+            }
+        }
+    }
+
+    /// The request head read so far.
+    struct RequestHead {
+        var target: (host: TargetHost, port: UInt16)?
+        var headerBytes = 0
+        var headerLines = 0
+    }
+
+    /// What the CONNECT asked for, and the policy entry it falls under.
+    struct Destination: CustomStringConvertible {
+        let host: TargetHost
+        let port: UInt16
+        let entry: PolicyEntry
+
+        var description: String { "\(host):\(port)" }
+    }
+
+    /// Host, port and entry of a log line, as far as they are known.
+    typealias Subject = (host: TargetHost, port: UInt16, entry: PolicyEntry?)
+
+    /// Which upstream connection a connect or handshake opens.
+    enum Opening {
+        /// The first, offering `ALPNOffer.upstreamDefault`; a refusal is the CONNECT's answer.
+        case first
+        /// After the 200, at the first upstream's address again, offering what this
+        /// ClientHello (waiting in the client's buffer) offers; a refusal can only cut the
+        /// client's handshake off.
+        case reopen(for: ClientHello)
+
+        /// What the upstream is offered.
+        var offer: ALPNOffer {
+            switch self {
+            case .first: ALPNOffer.upstreamDefault
+            case .reopen(let hello): ALPNAgreement.reopenOffer(for: hello.alpn)
+            }
+        }
+    }
+
+    /// The addresses being tried one after another, the attempt under way, and what failed.
+    struct ConnectAttempt {
+        let addresses: [SocketAddress]
+        var index: Int
+        var connector: TCPConnector
+        var failures: [String]
+        var timedOut: Bool
+        /// When `connect_timeout` runs out for all the addresses together (loop time).
+        let deadline: TimeInterval
+        let timer: LoopTimer
+    }
+
+    /// An upstream TLS connection, the address it goes to, and the ALPN offer it was made.
+    struct Upstream {
+        let connection: BufferEvent
+        let address: SocketAddress
+        let offer: ALPNOffer
+        let started: Date
+    }
+
+    /// An upstream the verdict admitted, the protocol it negotiated, and the relay's counters
+    /// (a class: they change on every read).
+    final class Tunnel {
+        let destination: Destination
+        let upstream: Upstream
+        let verdict: Verdict
+        /// What the upstream negotiated, which is what the client gets.
+        let applicationProtocol: ALPNProtocol?
+        var relayStarted = Date()
+        var lastActivity: TimeInterval = 0
+        var bytesUp = 0
+        var bytesDown = 0
+        /// Directions whose source has stopped sending, and those whose sink has been told so.
+        var ended: Set<Direction> = []
+        var shutDown: Set<Direction> = []
+        var closeReason = ""
+
+        init(destination: Destination, upstream: Upstream, verdict: Verdict) {
+            self.destination = destination
+            self.upstream = upstream
+            self.verdict = verdict
+            self.applicationProtocol = upstream.connection.selectedProtocol
+        }
     }
 
     let worker: Worker
     let client: SocketAddress?
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
+    /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
+    /// top of it.
     var clientSide: BufferEvent
-    var upstream: BufferEvent?
-    var phase = Phase.readingRequestLine
+    /// `.closed` until `start`.
+    var state: State = .closed
 
-    var target: (TargetHost, UInt16)?
-    var entry: PolicyEntry?
-    var verdict: Verdict?
-    var destinations: [IPAddress] = []
-    var upstreamAddress: SocketAddress?
-    var headerBytes = 0
-    var headerLines = 0
-
-    /// The timer of the current step (request, DNS, handshake, idle); replacing it cancels the old one.
-    var phaseTimer: PinproxyInterop.Timer? {
-        willSet { phaseTimer?.cancel() }
-    }
-    var dnsRequest: DNSRequest?
-    var connector: TCPConnector?
-
-    var handshakeStarted: Date?
-    var resumed = false
-    /// The 200 has been sent: a refusal from now on (the reopened upstream) can only cut the
-    /// client's TLS handshake off.
-    var connectAnswered = false
-    /// What the upstream is offered: `ALPNOffer.upstreamDefault`, then the client's own offer
-    /// if the upstream is reopened for it.
-    var upstreamOffer = ALPNOffer.upstreamDefault
-    /// What the upstream negotiated, which is what the client gets.
-    var upstreamProtocol: ALPNProtocol?
-    /// Reads the client's ClientHello after the 200 (`NegotiateProtocol.swift`).
-    var clientHelloReader: ClientHelloReader?
-    /// Set when the upstream was reopened for this ClientHello's offer.
-    var reopenedFor: ClientHello?
-    var relayStarted: Date?
-    var lastActivity: TimeInterval = 0
-    var bytesUp = 0
-    var bytesDown = 0
-    /// Directions whose source has stopped sending, and those whose sink has been told so.
-    var ended: Set<Direction> = []
-    var shutDown: Set<Direction> = []
-    var closeReason = ""
+    /// Bytes a client may send after its request and before its tunnel opens (a pipelined
+    /// TLS ClientHello); more is refused, so the buffer stays bounded while the client is watched.
+    static let maxEarlyBytes = 32 * 1024
+    /// How long a refusal may take to reach the client.
+    static let refusalGrace: TimeInterval = 5
 
     init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config) {
         self.worker = worker
         self.client = client
         self.config = config
+        setNoDelay(socket)
         self.clientSide = BufferEvent(loop: worker.loop, socket: socket)
     }
 
-    /// Step 1 (after accept): read the request within `request_timeout`.
+    /// Step 1 (after accept): read the request within `request_timeout`. The client is watched
+    /// from here until its tunnel opens: if it leaves, whatever is under way upstream stops.
     func start() {
-        clientSide.onRead = { [weak self] in self?.readRequest() }
-        clientSide.onEvent = { [weak self] _ in
-            // The client went away before its request was complete.
-            self?.close()
-        }
-        phaseTimer = Timer(loop: worker.loop, after: config.proxy.requestTimeout) { [weak self] in
-            guard let self else { return }
-            self.logEvent(.warning, "request-timeout", detail: "no complete CONNECT request within \(formatSeconds(self.config.proxy.requestTimeout)): closed")
-            self.close()
-        }
+        clientSide.onRead = { [weak self] in self?.clientReadable() }
+        clientSide.onWrite = { [weak self] in self?.clientWritable() }
+        clientSide.onEvent = { [weak self] events in self?.clientEvent(events) }
+        let timer = LoopTimer(loop: worker.loop, after: config.proxy.requestTimeout) { [weak self] in self?.requestTimedOut() }
+        enter(.readingRequest(RequestHead(), timer: timer))
         clientSide.setReading(true)
     }
 
-    /// Cancels whatever the current step is waiting for.
-    func teardownPhase() {
-        phaseTimer = nil
-        dnsRequest?.cancel()
-        dnsRequest = nil
-        connector?.cancel()
-        connector = nil
+    /// Moves to `next`, abandoning what the current state waited for.
+    func enter(_ next: State) {
+        let previous = state
+        state = next
+        previous.abandonWaits()
     }
+
+    // MARK: Events on the plain client socket (before the client's TLS replaces it)
+
+    private func clientReadable() {
+        switch state {
+        case .readingRequest:
+            readRequest()
+        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first):
+            // Reading goes on so that a client that leaves is noticed; what it sends early is
+            // kept for its TLS handshake, within a bound.
+            if clientSide.inputLength > Self.maxEarlyBytes {
+                refuse(.badRequest, "the client sent more than \(Self.maxEarlyBytes / 1024) KiB before its tunnel was open")
+            }
+        case .readingClientHello:
+            continueClientHello()
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+            // The ClientHello waits in the buffer for the real handshake; more than a
+            // ClientHello and some early bytes is not a client waiting for its ServerHello.
+            if clientSide.inputLength > ClientHelloReader.maximumBytes + Self.maxEarlyBytes {
+                clientHandshakeFailed("the client sent more than \((ClientHelloReader.maximumBytes + Self.maxEarlyBytes) / 1024) KiB before its handshake was answered")
+            }
+        case .refusing:
+            clientSide.discardInput()
+        case .clientHandshake, .relaying, .refusingInTLS, .closed:
+            unexpected("a read on the plain client socket")
+        }
+    }
+
+    private func clientWritable() {
+        switch state {
+        case .refusing:
+            if clientSide.outputLength == 0 { close() }
+        case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+            break  // the 200 has gone out
+        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .clientHandshake,
+             .relaying, .refusingInTLS, .closed:
+            unexpected("a write completion on the plain client socket")
+        }
+    }
+
+    private func clientEvent(_ events: BufferEvent.Events) {
+        switch state {
+        case .readingRequest, .refusing:
+            // Gone before its request was complete, or after its refusal: nothing to abandon.
+            close()
+        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first):
+            clientLeft(events)
+        case .readingClientHello:
+            clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+            clientHandshakeFailed("the client closed the connection while the upstream was reopened for its ALPN offer: the reopened upstream is abandoned")
+        case .clientHandshake, .relaying, .refusingInTLS, .closed:
+            unexpected("an event (\(events.rawValue)) on the plain client socket")
+        }
+    }
+
+    private func requestTimedOut() {
+        guard case .readingRequest = state else { return unexpected("the request timer") }
+        logEvent(.warning, "request-timeout", detail: "no complete CONNECT request within \(formatSeconds(config.proxy.requestTimeout)): closed")
+        close()
+    }
+
+    /// The client closed (or reset) its connection before its tunnel opened: the upstream work
+    /// stops at once, both descriptors are freed, and the decision line says so (once).
+    private func clientLeft(_ events: BufferEvent.Events) {
+        let how = events.contains(.error) ? "reset" : "closed"
+        let abandoned: String
+        switch state {
+        case .resolving(let destination, _, _):
+            abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
+        case .connecting(let destination, let attempt, .first):
+            abandoned = "while connecting to \(destination) (\(attempt.addresses[attempt.index])): the connect is abandoned"
+        case .upstreamHandshake(let destination, let upstream, _, .first):
+            abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
+        case .readingRequest, .connecting, .upstreamHandshake, .readingClientHello, .clientHandshake, .relaying, .refusing,
+             .refusingInTLS, .closed:
+            return unexpected("the client leaving")
+        }
+        logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
+        worker.shared.metrics.connection(outcome: .clientGone, reason: nil)
+        close()
+    }
+
+    /// After the 200, the client's handshake cannot go on: logged, and the connection closed.
+    func clientHandshakeFailed(_ why: String) {
+        logEvent(.warning, "client-handshake-failed", detail: why)
+        close()
+    }
+
+    /// An event that cannot happen in the current state: logged, and the connection closed.
+    func unexpected(_ event: String) {
+        logEvent(.error, "internal-error", detail: "\(event) in state \(state.name): connection closed")
+        close()
+    }
+
+    // MARK: Closing
 
     /// Closes both sides, logs the tunnel if one was open, and leaves the worker.
     func close() {
-        guard phase != .closed else { return }
-        phase = .closed
-        teardownPhase()
+        let previous = state
+        if case .closed = previous { return }
+        state = .closed
+        previous.abandonWaits()
         clientSide.close()
-        upstream?.close()
-        upstream = nil
-        if let relayStarted, let (host, port) = target {
-            let duration = Date().timeIntervalSince(relayStarted)
+        switch previous {
+        case .upstreamHandshake(_, let upstream, _, _):
+            upstream.connection.close()
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
+            tunnel.upstream.connection.close()
+        case .relaying(let tunnel, _):
+            tunnel.upstream.connection.close()
+            let destination = tunnel.destination
             worker.shared.tunnelClosed()
             worker.shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.host, host.description), (.port, String(port)),
-                (.entry, entry?.name ?? "-"), (.alpn, upstreamProtocol?.description ?? "-"),
-                (.bytesUp, String(bytesUp)), (.bytesDown, String(bytesDown)),
-                (.duration, String(format: "%.3f", duration)), (.detail, closeReason),
+                (.client, client?.description ?? "-"), (.host, destination.host.description), (.port, String(destination.port)),
+                (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
+                (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
+                (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
+        case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+            break
         }
         worker.remove(self)
+    }
+
+    // MARK: Log lines
+
+    /// Host, port and entry, as far as the current state knows them.
+    var logSubject: Subject? {
+        switch state {
+        case .readingRequest(let head, _):
+            return head.target.map { ($0.host, $0.port, nil) }
+        case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _):
+            return (destination.host, destination.port, destination.entry)
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _):
+            return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)
+        case .refusingInTLS(let subject, _):
+            return subject
+        case .refusing, .closed:
+            return nil
+        }
+    }
+
+    /// A line about this connection that is not its decision.
+    func logEvent(_ level: Logger.Level, _ event: String, detail: String) {
+        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        if let subject = logSubject { fields += [(.host, subject.host.description), (.port, String(subject.port))] }
+        fields.append((.detail, detail))
+        worker.shared.log.emit(level, event, fields)
     }
 }
 

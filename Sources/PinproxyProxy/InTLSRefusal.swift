@@ -145,40 +145,45 @@ final class InTLSRefusal {
 
 extension ClientConnection {
     /// The hook `sendRefusal` calls under `refusal = "in-tls"` once the decision is logged and
-    /// the upstream closed: the refusal page inside the client's TLS, then `close()`.
-    func refuseInTLS(host: TargetHost, port: UInt16, reason: RefusalReason, detail: String, verdict: Verdict?) {
-        let policy = (verdict?.entry ?? entry)?.policy
+    /// the upstream closed: the refusal page inside the client's TLS (state `refusingInTLS`),
+    /// then `close()`.
+    func refuseInTLS(_ subject: Subject, reason: RefusalReason, detail: String, verdict: Verdict?) {
+        let entry = verdict?.entry ?? subject.entry
+        let policy = entry?.policy
         let page = RefusalResponse.Page(
-            status: reason.httpStatus, reason: reason, detail: detail, host: host.description, port: port,
-            entry: (verdict?.entry ?? entry)?.name, configPath: config.path,
+            status: reason.httpStatus, reason: reason, detail: detail, host: subject.host.description, port: subject.port,
+            entry: entry?.name, configPath: config.path,
             presented: (verdict?.presented ?? []).map {
                 ($0.subject, Pin(digest: $0.publicKeySHA256).description, Pin(digest: $0.certificateSHA256).description)
             },
             pinKind: policy.flatMap { $0.pinKind == .none ? nil : $0.pinKind.rawValue },
             pins: policy?.pins.map(\.description) ?? [])
+        enter(.refusingInTLS(subject, reason))
         do {
-            let leaf = try worker.shared.localCA.leaf(for: host)
+            let leaf = try worker.shared.localCA.leaf(for: subject.host)
             clientSide = try InTLSRefusal.start(
                 client: clientSide, loop: worker.loop, context: worker.shared.interceptTLS, leaf: leaf,
-                serverName: host.serverName, bufferLimit: config.proxy.relayBufferBytes,
+                serverName: subject.host.serverName, bufferLimit: config.proxy.relayBufferBytes,
                 timeout: config.proxy.handshakeTimeout, page: page
-            ) { [weak self] outcome in
-                guard let self else { return }
-                switch outcome {
-                case .answered:
-                    self.logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the refusal page was sent inside the client's TLS")
-                case .handshakeFailed(let failure):
-                    self.logEvent(.warning, "client-handshake-failed", detail: "\(failure) (does the client trust the pinproxy CA? see `pinproxy ca`)")
-                case .clientClosed:
-                    self.logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the client closed before its request was complete")
-                case .timedOut:
-                    self.logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): no TLS handshake or request within \(formatSeconds(self.config.proxy.handshakeTimeout))")
-                }
-                self.close()
-            }
+            ) { [weak self] outcome in self?.inTLSRefusalFinished(outcome) }
         } catch {
-            logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
+            logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(subject.host): \(error)")
             close()
         }
+    }
+
+    private func inTLSRefusalFinished(_ outcome: InTLSRefusal.Outcome) {
+        guard case .refusingInTLS(_, let reason) = state else { return unexpected("the end of an in-TLS refusal") }
+        switch outcome {
+        case .answered:
+            logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the refusal page was sent inside the client's TLS")
+        case .handshakeFailed(let failure):
+            logEvent(.warning, "client-handshake-failed", detail: "\(failure) (does the client trust the pinproxy CA? see `pinproxy ca`)")
+        case .clientClosed:
+            logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the client closed before its request was complete")
+        case .timedOut:
+            logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): no TLS handshake or request within \(formatSeconds(config.proxy.handshakeTimeout))")
+        }
+        close()
     }
 }

@@ -4,14 +4,11 @@ import PinproxyPolicy
 extension ClientConnection {
     /// Step 3: the entry for the host; host-denied and port-denied are decided here, before
     /// any network activity.
-    func lookUpPolicy() {
-        guard let (host, port) = target else { return }
-        let entry = config.policies.lookup(host)
-        self.entry = entry
-        let verdict = TrustEvaluator.evaluateRequest(port: port, entry: entry)
-        if let verdict, !verdict.allowsConnection {
-            return refuse(verdict: verdict)
+    func lookUpPolicy(host: TargetHost, port: UInt16) {
+        let destination = Destination(host: host, port: port, entry: config.policies.lookup(host))
+        if let verdict = TrustEvaluator.evaluateRequest(port: port, entry: destination.entry), !verdict.allowsConnection {
+            return refuse(verdict: verdict, for: destination)
         }
-        resolve()
+        resolve(destination)
     }
 }

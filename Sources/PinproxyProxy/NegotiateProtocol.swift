@@ -6,36 +6,35 @@ extension ClientConnection {
     /// Step 8a: after the 200, read the client's ClientHello (it stays buffered for the real
     /// handshake) to learn its ALPN offer, then settle the protocol: the client gets what the
     /// upstream negotiated when it can (`ALPNAgreement.carries`), else the upstream is reopened
-    /// with the client's offer.
-    func readClientHello() {
+    /// with the client's offer. `timer` is the client's `handshake_timeout`.
+    func readClientHello(_ tunnel: Tunnel, timer: LoopTimer) {
+        let reader: ClientHelloReader
         do {
-            clientHelloReader = try ClientHelloReader()
+            reader = try ClientHelloReader()
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot read the client's ClientHello: \(error)")
             return close()
         }
-        clientSide.onRead = { [weak self] in self?.continueClientHello() }
-        clientSide.onEvent = { [weak self] _ in
-            self?.logEvent(.warning, "client-handshake-failed", detail: "the client closed the connection before its ClientHello was complete")
-            self?.close()
-        }
+        enter(.readingClientHello(tunnel, reader, timer: timer))
         clientSide.setReading(true)
+        // What the client sent with (or right after) its CONNECT is already buffered.
         continueClientHello()
     }
 
-    private func continueClientHello() {
-        guard phase == .clientHandshake, let reader = clientHelloReader else { return }
+    /// More of the ClientHello may have arrived.
+    func continueClientHello() {
+        guard case .readingClientHello(let tunnel, let reader, let timer) = state else { return unexpected("a ClientHello read") }
         switch reader.read(from: clientSide) {
         case .incomplete:
             return
         case .unreadable:
             // The real handshake fails on it, and logs why.
-            acceptClientTLS()
+            acceptClientTLS(tunnel, timer: timer)
         case .hello(let hello):
-            if ALPNAgreement.carries(upstream: upstreamProtocol, upstreamOffer: upstreamOffer, clientOffer: hello.alpn) {
-                acceptClientTLS()
+            if ALPNAgreement.carries(upstream: tunnel.applicationProtocol, upstreamOffer: tunnel.upstream.offer, clientOffer: hello.alpn) {
+                acceptClientTLS(tunnel, timer: timer)
             } else {
-                reopenUpstream(for: hello)
+                reopenUpstream(tunnel, for: hello)
             }
         }
     }
@@ -44,27 +43,21 @@ extension ClientConnection {
     /// is closed and opened again, at the same address, offering the client's list (http/1.1
     /// for a client that offers none); its session, cached once the verdict admitted it, makes
     /// that a resumed handshake where the server allows. The verdict runs again on it
-    /// (`evaluateUpstream`), then `admitReopened` continues. The ClientHello waits in the buffer.
-    private func reopenUpstream(for hello: ClientHello) {
-        guard let upstreamAddress else { return close() }
-        clientSide.setReading(false)
-        clientSide.onRead = nil
-        clientHelloReader = nil
-        reopenedFor = hello
-        upstream?.takeSessionTickets()
-        upstream?.close()
-        upstream = nil
-        verdict = nil
-        upstreamOffer = ALPNAgreement.reopenOffer(for: hello.alpn)
-        teardownPhase()
-        connect(to: [upstreamAddress.address])
+    /// (`evaluateUpstream`), then `admitReopened` continues. The ClientHello waits in the
+    /// buffer; the client is still watched, so one that leaves stops the reopening.
+    private func reopenUpstream(_ tunnel: Tunnel, for hello: ClientHello) {
+        let first = tunnel.upstream.connection
+        first.takeSessionTickets()
+        first.close()
+        connect(to: [tunnel.upstream.address.address], for: tunnel.destination, opening: .reopen(for: hello))
     }
 
     /// Step 8b (continued): the reopened upstream passed the verdict: its decision line, then
-    /// the client's handshake with the protocol it negotiated.
-    func admitReopened() {
-        let offered = reopenedFor?.alpn?.description ?? "no ALPN"
-        logAdmission(note: "upstream reopened for the client's ALPN offer (\(offered))")
-        acceptClientTLS()
+    /// the client's handshake with the protocol it negotiated, within a new `handshake_timeout`.
+    func admitReopened(_ tunnel: Tunnel, for hello: ClientHello) {
+        let offered = hello.alpn?.description ?? "no ALPN"
+        logAdmission(tunnel, note: "upstream reopened for the client's ALPN offer (\(offered))")
+        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
+        acceptClientTLS(tunnel, timer: timer)
     }
 }

@@ -75,36 +75,37 @@ public enum RequestLine: Equatable, Sendable {
 extension ClientConnection {
     /// Step 2: reads the request head within its limits; on the blank line, goes on to policy.
     func readRequest() {
-        while phase == .readingRequestLine || phase == .readingHeaders {
-            let limit = phase == .readingRequestLine ? RequestLine.maxRequestLineBytes : RequestLine.maxHeaderBytes - headerBytes
+        while case .readingRequest(var head, let timer) = state {
+            let limit = head.target == nil ? RequestLine.maxRequestLineBytes : RequestLine.maxHeaderBytes - head.headerBytes
             switch clientSide.readLine(maxLength: limit) {
             case .incomplete:
                 return
             case .tooLong:
-                return refuse(.badRequest, phase == .readingRequestLine ? "the request line is longer than 8 KiB" : "the request headers are longer than 32 KiB")
+                return refuse(.badRequest, head.target == nil ? "the request line is longer than 8 KiB" : "the request headers are longer than 32 KiB")
             case .notText:
                 return refuse(.badRequest, "the request holds bytes that are not text")
             case .line(let line):
-                if phase == .readingRequestLine {
+                guard let target = head.target else {
                     switch RequestLine(parsing: line) {
                     case .connect(let host, let port):
-                        target = (host, port)
-                        phase = .readingHeaders
+                        head.target = (host, port)
+                        state = .readingRequest(head, timer: timer)
+                        continue
                     case .cleartext(let method):
                         return refuse(.cleartextDenied, "\(method) is plain HTTP, which carries no certificate to pin: use HTTPS through CONNECT")
                     case .bad(let why):
                         return refuse(.badRequest, why)
                     }
-                } else if line.isEmpty {
-                    clientSide.setReading(false)
-                    phaseTimer = nil  // the request is complete: request_timeout no longer applies
-                    return lookUpPolicy()
-                } else {
-                    headerBytes += line.utf8.count + 2
-                    headerLines += 1
-                    guard headerLines <= RequestLine.maxHeaderLines else { return refuse(.badRequest, "more than 100 header lines") }
-                    guard RequestHeaderLine.isWellFormed(line) else { return refuse(.badRequest, "a header line is not NAME: VALUE") }
                 }
+                if line.isEmpty {
+                    // The request is complete: the next state drops request_timeout's timer.
+                    return lookUpPolicy(host: target.host, port: target.port)
+                }
+                head.headerBytes += line.utf8.count + 2
+                head.headerLines += 1
+                guard head.headerLines <= RequestLine.maxHeaderLines else { return refuse(.badRequest, "more than 100 header lines") }
+                guard RequestHeaderLine.isWellFormed(line) else { return refuse(.badRequest, "a header line is not NAME: VALUE") }
+                state = .readingRequest(head, timer: timer)
             }
         }
     }

@@ -4,39 +4,42 @@ import PinproxyPolicy
 
 extension ClientConnection {
     /// Step 4: addresses from `[resolve]`, the IP literal itself, or DNS without blocking the
-    /// loop; then, with `block_private_destinations`, only public addresses are kept.
-    func resolve() {
-        guard let (host, _) = target else { return }
-        phase = .resolving
-        switch host {
+    /// loop (within `dns_timeout`); then, with `block_private_destinations`, only public
+    /// addresses are kept.
+    func resolve(_ destination: Destination) {
+        switch destination.host {
         case .ip(let address):
-            return checkDestinations([address])
+            return checkDestinations([address], for: destination)
         case .name(let name):
-            if let configured = config.resolve[name] { return checkDestinations(configured) }
-            phaseTimer = Timer(loop: worker.loop, after: config.proxy.dnsTimeout) { [weak self] in
-                self?.dnsRequest?.cancel()
-                self?.refuse(.dnsFailure, "no DNS answer for \(name) within \(formatSeconds(self?.config.proxy.dnsTimeout ?? 0))")
-            }
-            dnsRequest = worker.loop.dns.resolve(name) { [weak self] result in
-                guard let self, self.phase == .resolving else { return }
-                self.phaseTimer = nil
-                self.dnsRequest = nil
-                switch result {
-                case .success(let addresses): self.checkDestinations(addresses)
-                case .failure(let failure): self.refuse(.dnsFailure, "\(name) does not resolve: \(failure)")
-                }
-            }
+            if let configured = config.resolve[name] { return checkDestinations(configured, for: destination) }
+            let timer = LoopTimer(loop: worker.loop, after: config.proxy.dnsTimeout) { [weak self] in self?.dnsTimedOut() }
+            let request = worker.loop.dns.resolve(name) { [weak self] result in self?.resolved(result) }
+            enter(.resolving(destination, request, timer: timer))
         }
     }
 
-    func checkDestinations(_ addresses: [IPAddress]) {
-        guard config.proxy.blockPrivateDestinations else { return connect(to: addresses) }
+    private func dnsTimedOut() {
+        guard case .resolving(let destination, _, _) = state else { return unexpected("the DNS timer") }
+        refuse(.dnsFailure, "no DNS answer for \(destination.host) within \(formatSeconds(config.proxy.dnsTimeout))")
+    }
+
+    private func resolved(_ result: Result<[IPAddress], DNSFailure>) {
+        guard case .resolving(let destination, _, _) = state else { return unexpected("a DNS answer") }
+        switch result {
+        case .success(let addresses): checkDestinations(addresses, for: destination)
+        case .failure(let failure): refuse(.dnsFailure, "\(destination.host) does not resolve: \(failure)")
+        }
+    }
+
+    private func checkDestinations(_ addresses: [IPAddress], for destination: Destination) {
+        guard config.proxy.blockPrivateDestinations else { return connect(to: addresses, for: destination) }
         let allowed = addresses.filter { !DestinationGuard.isPrivate($0) }
         guard !allowed.isEmpty else {
             let listed = addresses.map(\.description).joined(separator: ", ")
-            return refuse(.destinationDenied, "\(target!.0) resolves only to private or special addresses (\(listed)) and block_private_destinations = true")
+            return refuse(.destinationDenied, "\(destination.host) resolves only to private or special addresses (\(listed)) and block_private_destinations = true",
+                          for: destination)
         }
-        connect(to: allowed)
+        connect(to: allowed, for: destination)
     }
 }
 

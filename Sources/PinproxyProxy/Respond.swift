@@ -18,86 +18,97 @@ extension RefusalReason {
 
 extension ClientConnection {
     /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
-    func refuse(_ reason: RefusalReason, _ detail: String) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil)
+    /// `destination` names the entry when the state does not hold it yet.
+    func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil) {
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, destination: destination)
     }
 
-    /// Step 7 (refused): a refusal the verdict decided.
-    func refuse(verdict: Verdict) {
-        guard let reason = verdict.reason else { return }
-        sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict)
+    /// Step 7 (refused): a refusal the verdict decided; `alpn` is what the refused upstream
+    /// negotiated.
+    func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
+        guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
+        sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
+                    alpn: alpn, destination: destination)
     }
 
-    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?) {
-        guard phase != .closing, phase != .relaying else { return }
+    /// Logs the refusal, stops all upstream work, and sends the answer; the connection closes
+    /// once it is sent (or after `refusalGrace`). Under `refusal = "in-tls"`, the answer is a
+    /// page inside the client's TLS (`refuseInTLS`). An upstream reopened for the client's ALPN
+    /// offer is refused after the 200: the client's handshake is cut off.
+    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?) {
+        switch state {
+        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first):
+            break
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+            return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn)
+        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
+            return unexpected("a refusal (\(reason.rawValue))")
+        }
+        let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
+        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
-        worker.shared.metrics.refusal(hostPattern: entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
-        if connectAnswered {
-            // Only an upstream reopened for the client's ALPN offer is refused after the 200:
-            // the client's TLS handshake is cut off, and nothing is relayed.
-            logDecision(outcome: "refused", reason: reason, status: 200,
-                        detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
-                        verdict: verdict)
-            return close()
+        worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        if case .upstreamHandshake(_, let upstream, _, _) = state { upstream.connection.close() }
+        if config.proxy.refusal == .inTLS, reason != .badRequest, let subject {
+            return refuseInTLS(subject, reason: reason, detail: detail, verdict: verdict)
         }
-        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict)
-        upstream?.close()
-        upstream = nil
-        teardownPhase()
-        phase = .closing
-        if config.proxy.refusal == .inTLS, reason != .badRequest, let (host, port) = target {
-            return refuseInTLS(host: host, port: port, reason: reason, detail: detail, verdict: verdict)
-        }
-        let subject = target.map { "\($0.0):\($0.1)" } ?? "the request"
-        let body = "pinproxy refused \(subject): \(reason.rawValue)\n\(detail)\n"
-        let status = reason.httpStatus
-        let statusLine = RefusalResponse.statusLine(status: status, reason: reason, host: target?.0.description)
+        let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
+        enter(.refusing(grace: grace))
+        let body = "pinproxy refused \(subject.map { "\($0.host):\($0.port)" } ?? "the request"): \(reason.rawValue)\n\(detail)\n"
+        let statusLine = RefusalResponse.statusLine(status: reason.httpStatus, reason: reason, host: subject?.host.description)
         let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
         clientSide.setReading(false)
         clientSide.discardInput()
+        clientSide.setWriteLowWatermark(0)
         clientSide.write(Array((head + body).utf8))
-        closeWhenFlushed()
+        if clientSide.outputLength == 0 { close() }
+    }
+
+    /// The upstream reopened for the client's ALPN offer is refused: the CONNECT already got
+    /// its 200, so the client's TLS handshake is cut off, and nothing is relayed.
+    private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?) {
+        worker.shared.metrics.connection(outcome: .refused, reason: reason)
+        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        logDecision(outcome: "refused", reason: reason, status: 200,
+                    detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
+                    verdict: verdict, alpn: alpn)
+        close()
+    }
+
+    private func refusalGraceOver() {
+        guard case .refusing = state else { return unexpected("the refusal timer") }
+        close()
     }
 
     /// Step 7 (allowed): the 200 that opens the tunnel. A connection that is not a plain allow
     /// says so: `Pinproxy-Verdict: insecure` (allow-insecure) and `Pinproxy-Verdict: would-refuse
     /// <reason>` (report-only).
     func sendConnectionEstablished(verdict: Verdict) {
-        connectAnswered = true
         var head = "HTTP/1.1 200 Connection established\r\n"
         if verdict.entry.policy.action == .allowInsecure { head += "Pinproxy-Verdict: insecure\r\n" }
         if case .reportOnly(let reason) = verdict.outcome { head += "Pinproxy-Verdict: would-refuse \(reason.rawValue)\r\n" }
         clientSide.write(Array((head + "\r\n").utf8))
     }
 
-    /// Closes once everything queued for the client has been sent (or after a grace period).
-    func closeWhenFlushed() {
-        clientSide.setWriteLowWatermark(0)
-        clientSide.onWrite = { [weak self] in
-            guard let self, self.clientSide.outputLength == 0 else { return }
-            self.close()
-        }
-        clientSide.onEvent = { [weak self] _ in self?.close() }
-        phaseTimer = Timer(loop: worker.loop, after: 5) { [weak self] in self?.close() }
-        if clientSide.outputLength == 0 { close() }
-    }
-
-    /// The one log line for this connection's decision.
-    func logDecision(outcome: String, reason: RefusalReason?, status: Int, detail: String, verdict: Verdict?) {
+    /// The one log line for this connection's decision (two when the upstream was reopened).
+    /// `client-gone` has no status: nothing was sent. A decision on an upstream's chain says
+    /// which protocol that upstream negotiated (`alpn`, `-` for none).
+    func logDecision(outcome: String, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
+                     alpn: ALPNProtocol? = nil, subject: Subject? = nil) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
-        if let (host, port) = target {
-            fields += [(.host, host.description), (.port, String(port))]
+        if let subject = subject ?? logSubject {
+            fields += [(.host, subject.host.description), (.port, String(subject.port))]
+            if let entry = subject.entry { fields.append((.entry, entry.name)) }
         }
-        if let entry { fields.append((.entry, entry.name)) }
         fields.append((.outcome, outcome))
         if let reason { fields.append((.reason, reason.rawValue)) }
-        fields.append((.status, String(status)))
-        if verdict != nil { fields.append((.alpn, upstreamProtocol?.description ?? "-")) }
+        if let status { fields.append((.status, String(status))) }
+        if verdict != nil { fields.append((.alpn, alpn?.description ?? "-")) }
         if !detail.isEmpty { fields.append((.detail, detail)) }
         if let verdict, !verdict.presented.isEmpty {
             fields.append((.chain, verdict.presented.map { "\($0.subject) \(Pin(digest: $0.publicKeySHA256))" }.joined(separator: " | ")))
         }
-        let level: Logger.Level = outcome == "allowed" ? .info : .warning
+        let level: Logger.Level = outcome == "allowed" || outcome == "client-gone" ? .info : .warning
         worker.shared.log.emit(level, "connection", fields)
     }
 }

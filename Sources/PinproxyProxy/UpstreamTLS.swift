@@ -3,53 +3,82 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 5b: the upstream TLS handshake: SNI = host (none for IP literals), ALPN
-    /// `upstreamOffer` (h2, http/1.1; the client's own offer when reopened for it), the entry's
-    /// minimum version, a staple request under `revocation = "ocsp-staple"`.
-    func startUpstreamTLS(socket: Int32) {
-        guard let (host, _) = target, let entry else { return closeSocket(socket) }
-        phase = .upstreamHandshake
-        handshakeStarted = Date()
-        let upstream: BufferEvent
+    /// Step 5b: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
+    /// literals), ALPN `opening.offer` (h2, http/1.1; the client's own offer when reopened for
+    /// it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`.
+    /// Renegotiation is refused (see `upstreamRenegotiationAttempted`).
+    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening) {
+        let entry = destination.entry
+        let offer = opening.offer
+        let connection: BufferEvent
         do {
             let requestStaple: Bool = if case .ocspStaple = entry.policy.revocation { true } else { false }
-            upstream = try BufferEvent.connectTLS(loop: worker.loop, socket: socket, context: worker.shared.upstreamTLS,
-                                                  serverName: host.serverName,
-                                                  minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
-                                                  requestOCSPStaple: requestStaple, alpn: upstreamOffer,
-                                                  sessions: requestStaple ? nil : worker.shared.sessions, sessionKey: sessionKey)
+            connection = try BufferEvent.connectTLS(loop: worker.loop, socket: socket, context: worker.shared.upstreamTLS,
+                                                    serverName: destination.host.serverName,
+                                                    minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
+                                                    requestOCSPStaple: requestStaple, alpn: offer,
+                                                    sessions: requestStaple ? nil : worker.shared.sessions, sessionKey: sessionKey(for: destination))
         } catch {
             return refuse(.handshakeFailed, "cannot start TLS: \(error)")
         }
-        self.upstream = upstream
-        phaseTimer = Timer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in
-            guard let self else { return }
-            self.refuse(.upstreamTimeout, "the TLS handshake with \(self.describeUpstream()) did not finish within \(formatSeconds(self.config.proxy.handshakeTimeout))")
-        }
-        upstream.onEvent = { [weak self] events in
-            guard let self, self.phase == .upstreamHandshake else { return }
-            self.phaseTimer = nil
+        connection.onEvent = { [weak self] events in self?.upstreamEvent(events) }
+        connection.onRenegotiationAttempt = { [weak self] in self?.upstreamRenegotiationAttempted() }
+        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.upstreamHandshakeTimedOut() }
+        let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date())
+        enter(.upstreamHandshake(destination, upstream, timer: timer, opening))
+    }
+
+    /// Events on the upstream until the relay takes it over.
+    private func upstreamEvent(_ events: BufferEvent.Events) {
+        switch state {
+        case .upstreamHandshake(let destination, let upstream, _, let opening):
             if events.contains(.connected) {
-                return self.evaluateUpstream()
+                return evaluateUpstream(upstream, for: destination, opening: opening)
             }
-            let failure = upstream.takeTLSErrors()
+            let failure = upstream.connection.takeTLSErrors()
             if failure.isProtocolVersionMismatch {
-                return self.refuse(.tlsVersion, "\(self.describeUpstream()) offers no TLS version at or above \(entry.policy.minTLS.rawValue): \(failure)")
+                return refuse(.tlsVersion, "\(describe(upstream, for: destination)) offers no TLS version at or above \(destination.entry.policy.minTLS.rawValue): \(failure)")
             }
-            self.refuse(.handshakeFailed, "the TLS handshake with \(self.describeUpstream()) failed: \(failure)")
+            refuse(.handshakeFailed, "the TLS handshake with \(describe(upstream, for: destination)) failed: \(failure)")
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
+            // The upstream is not read until the relay starts, so only an error can come here.
+            logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
+            close()
+        case .readingRequest, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .closed:
+            unexpected("an upstream event (\(events.rawValue))")
+        }
+    }
+
+    private func upstreamHandshakeTimedOut() {
+        guard case .upstreamHandshake(let destination, let upstream, _, _) = state else { return unexpected("the upstream handshake timer") }
+        refuse(.upstreamTimeout, "the TLS handshake with \(describe(upstream, for: destination)) did not finish within \(formatSeconds(config.proxy.handshakeTimeout))")
+    }
+
+    /// The upstream asked for a second handshake, which could present a certificate the
+    /// verdict never saw. OpenSSL refused it; the tunnel is closed, and no byte the upstream
+    /// sent after the request is relayed (see `pump`).
+    func upstreamRenegotiationAttempted() {
+        let why = "the upstream asked to renegotiate TLS after the verdict (refused: a second handshake could present a certificate the verdict never saw)"
+        switch state {
+        case .upstreamHandshake:
+            refuse(.handshakeFailed, why)
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _):
+            logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
+            tunnel.closeReason = "upstream renegotiation refused"
+            close()
+        case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+            unexpected("an upstream renegotiation request")
         }
     }
 
     /// The resumption cache key: the entry's policy fingerprint, host and port, so a session
     /// is only resumed under the policy that admitted it. (Staples are not resumed, so
     /// `ocsp-staple` entries never use the cache.)
-    var sessionKey: String? {
-        guard let (host, port) = target, let entry else { return nil }
-        return "\(entry.policy.fingerprint)|\(host)|\(port)"
+    func sessionKey(for destination: Destination) -> String {
+        "\(destination.entry.policy.fingerprint)|\(destination.host)|\(destination.port)"
     }
 
-    func describeUpstream() -> String {
-        guard let (host, port) = target else { return "upstream" }
-        return upstreamAddress.map { "\(host):\(port) (\($0))" } ?? "\(host):\(port)"
+    func describe(_ upstream: Upstream, for destination: Destination) -> String {
+        "\(destination) (\(upstream.address))"
     }
 }

@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// | name | type | labels |
 /// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse), `reason` (a refusal token, or `none`) |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`) |
 /// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
 /// | `pinproxy_open_tunnels` | gauge | |
 /// | `pinproxy_relayed_bytes_total` | counter | `direction` (client_to_upstream, upstream_to_client) |
@@ -35,6 +35,9 @@ public final class ProxyMetrics: Sendable {
         case refused
         /// `enforce = false`: allowed, but the entry would have refused.
         case wouldRefuse = "would_refuse"
+        /// The client left before its tunnel opened (while pinproxy resolved, connected or
+        /// handshook upstream): no decision was sent.
+        case clientGone = "client_gone"
     }
 
     /// The `Content-Type` of `render()`: the Prometheus text format.

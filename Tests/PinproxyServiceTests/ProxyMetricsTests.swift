@@ -23,6 +23,7 @@ final class ProxyMetricsTests: XCTestCase {
         metrics.connection(outcome: .allowed, reason: nil)
         metrics.connection(outcome: .refused, reason: .pinMismatch)
         metrics.connection(outcome: .wouldRefuse, reason: .hostnameMismatch)
+        metrics.connection(outcome: .clientGone, reason: nil)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
         metrics.refusal(hostPattern: "*.cdn.example.com", reason: .hostnameMismatch, reportOnly: true)
@@ -47,6 +48,7 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch"]), 1)
         XCTAssertEqual(samples.value("pinproxy_connections_total",
                                      ["outcome": "would_refuse", "reason": "hostname-mismatch"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client_gone", "reason": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce"]), 2)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",

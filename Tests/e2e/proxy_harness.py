@@ -309,8 +309,8 @@ def dns_isolation() -> str | None:
     return None
 
 
-def isolated_argv(argv: Sequence[str]) -> list[str]:
-    return ["unshare", "--mount", "sh", "-c", _ISOLATE, "sh", str(_resolv_conf_file()), *argv]
+def isolated_argv(argv: Sequence[str], resolv_conf: Path | None = None) -> list[str]:
+    return ["unshare", "--mount", "sh", "-c", _ISOLATE, "sh", str(resolv_conf or _resolv_conf_file()), *argv]
 
 
 # --------------------------------------------------------------------------
@@ -337,6 +337,7 @@ class Proxy:
         config_text: str | None = None,
         port: int | None = None,
         isolate_dns: bool = True,
+        resolv_conf: Path | None = None,
     ):
         self.bin = Path(binary)
         self.dir = Path(directory)
@@ -363,6 +364,8 @@ class Proxy:
         self.default = dict(default if default is not None else {"action": "deny"})
         self.hosts = {k: dict(v) for k, v in (hosts or {}).items()}
         self.isolate_dns = isolate_dns and dns_isolation() is None
+        #: The daemon's /etc/resolv.conf (loopback servers only); default: no server at all.
+        self.resolv_conf = resolv_conf
         self.proc: subprocess.Popen | None = None
         self._stopped = False
         self._ca: tuple[Path, str] | None = None
@@ -387,7 +390,7 @@ class Proxy:
     # ---- process
     def argv(self) -> list[str]:
         argv = [str(self.bin), "run", "--config", str(self.config_path)]
-        return isolated_argv(argv) if self.isolate_dns else argv
+        return isolated_argv(argv, self.resolv_conf) if self.isolate_dns else argv
 
     def start(self, wait: bool = True) -> "Proxy":
         err = open(self.log_path, "ab")
@@ -1080,3 +1083,56 @@ def san_of(cert) -> tuple[list[str], list[str]]:
 
 def spki_pin(cert) -> str:
     return pkilib.spki_pin(cert)
+
+
+# --------------------------------------------------------------------------
+# descriptors and unanswered connects
+
+
+def open_descriptors(pid: int) -> int:
+    """How many descriptors process PID has open (/proc/PID/fd)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class Blackhole:
+    """A loopback address:port that never answers a connect: a listener whose accept queue is
+    full (filled here, never accepted), so the kernel drops every further SYN. Nothing leaves
+    loopback. ``Blackhole.many(addresses)`` makes one per address, all on the same port."""
+
+    def __init__(self, address: str = "127.0.0.1", port: int = 0):
+        import select
+
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind((address, port))
+        self.listener.listen(0)
+        self.address, self.port = address, self.listener.getsockname()[1]
+        self.fillers: list[socket.socket] = []
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            c.setblocking(False)
+            c.connect_ex((address, self.port))
+            self.fillers.append(c)
+            _, writable, _ = select.select([], [c], [], 0.3)
+            if not writable:  # this SYN was dropped: the queue is full
+                break
+            assert time.monotonic() < deadline, "the listener's accept queue never filled"
+
+    @classmethod
+    def many(cls, addresses: Sequence[str]) -> list["Blackhole"]:
+        for _ in range(20):
+            made: list[Blackhole] = []
+            try:
+                port = free_port(addresses[0])
+                for a in addresses:
+                    made.append(cls(a, port))
+                return made
+            except OSError:  # the port is taken on another address: try another
+                for b in made:
+                    b.close()
+        raise AssertionError(f"no port free on all of {addresses}")
+
+    def close(self) -> None:
+        for c in self.fillers:
+            c.close()
+        self.listener.close()
