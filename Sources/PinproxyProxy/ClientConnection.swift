@@ -28,6 +28,9 @@ final class ClientConnection {
         case connecting(Destination, ConnectAttempt, Opening)
         /// The upstream TLS handshake, within `handshake_timeout`.
         case upstreamHandshake(Destination, Upstream, timer: LoopTimer, Opening)
+        /// The built-in checks passed; the entry's `verify_command` runs off the loop
+        /// (`CustomChecks`), within `verify_command_timeout` plus `handshake_timeout` for a slot.
+        case checkingCommand(Destination, Upstream, Verdict, timer: LoopTimer, Opening)
         /// The verdict allowed the upstream and the 200 is sent: reading the client's
         /// ClientHello (kept buffered) to learn its ALPN offer. The timer is the client's
         /// `handshake_timeout`, which runs on into `clientHandshake`.
@@ -52,6 +55,8 @@ final class ClientConnection {
             case .connecting(_, _, .reopen): "reopen-connecting"
             case .upstreamHandshake(_, _, _, .first): "upstream-handshake"
             case .upstreamHandshake(_, _, _, .reopen): "reopen-upstream-handshake"
+            case .checkingCommand(_, _, _, _, .first): "checking-command"
+            case .checkingCommand(_, _, _, _, .reopen): "reopen-checking-command"
             case .readingClientHello: "reading-client-hello"
             case .clientHandshake: "client-handshake"
             case .relaying: "relaying"
@@ -67,8 +72,8 @@ final class ClientConnection {
             switch self {
             case .resolving(_, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .upstreamHandshake, .readingClientHello, .clientHandshake, .relaying, .refusing,
-                 .refusingInTLS, .closed: break
+            case .readingRequest, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying,
+                 .refusing, .refusingInTLS, .closed: break
             }
         }
     }
@@ -203,7 +208,7 @@ final class ClientConnection {
         switch state {
         case .readingRequest:
             readRequest()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first):
+        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
             if clientSide.inputLength > Self.maxEarlyBytes {
@@ -211,7 +216,7 @@ final class ClientConnection {
             }
         case .readingClientHello:
             continueClientHello()
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
             // The ClientHello waits in the buffer for the real handshake; more than a
             // ClientHello and some early bytes is not a client waiting for its ServerHello.
             if clientSide.inputLength > ClientHelloReader.maximumBytes + Self.maxEarlyBytes {
@@ -228,10 +233,11 @@ final class ClientConnection {
         switch state {
         case .refusing:
             if clientSide.outputLength == 0 { close() }
-        case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+        case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
+             .checkingCommand(_, _, _, _, .reopen):
             break  // the 200 has gone out
-        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .clientHandshake,
-             .relaying, .refusingInTLS, .closed:
+        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+             .checkingCommand(_, _, _, _, .first), .clientHandshake, .relaying, .refusingInTLS, .closed:
             unexpected("a write completion on the plain client socket")
         }
     }
@@ -241,11 +247,11 @@ final class ClientConnection {
         case .readingRequest, .refusing:
             // Gone before its request was complete, or after its refusal: nothing to abandon.
             close()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first):
+        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
             clientHandshakeFailed("the client closed the connection while the upstream was reopened for its ALPN offer: the reopened upstream is abandoned")
         case .clientHandshake, .relaying, .refusingInTLS, .closed:
             unexpected("an event (\(events.rawValue)) on the plain client socket")
@@ -270,7 +276,9 @@ final class ClientConnection {
             abandoned = "while connecting to \(destination) (\(attempt.addresses[attempt.index])): the connect is abandoned"
         case .upstreamHandshake(let destination, let upstream, _, .first):
             abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
-        case .readingRequest, .connecting, .upstreamHandshake, .readingClientHello, .clientHandshake, .relaying, .refusing,
+        case .checkingCommand(let destination, let upstream, _, _, .first):
+            abandoned = "while the verify_command for \(destination) (\(upstream.address)) ran: the upstream is closed"
+        case .readingRequest, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying, .refusing,
              .refusingInTLS, .closed:
             return unexpected("the client leaving")
         }
@@ -301,7 +309,7 @@ final class ClientConnection {
         previous.abandonWaits()
         clientSide.close()
         switch previous {
-        case .upstreamHandshake(_, let upstream, _, _):
+        case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _):
             upstream.connection.close()
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
             tunnel.upstream.connection.close()
@@ -328,7 +336,8 @@ final class ClientConnection {
         switch state {
         case .readingRequest(let head, _):
             return head.target.map { ($0.host, $0.port, nil) }
-        case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _):
+        case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
+             .checkingCommand(let destination, _, _, _, _):
             return (destination.host, destination.port, destination.entry)
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _):
             return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)

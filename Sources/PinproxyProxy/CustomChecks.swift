@@ -34,7 +34,8 @@ public final class CustomChecks: Sendable {
     /// Checks `chain` (the verified chain, leaf first) for `host`:`port` with `command`, and calls
     /// `done` on `loop` with the answer.
     func check(_ command: [String], chain: [Certificate], host: TargetHost, port: UInt16, timeout: TimeInterval,
-               cacheSeconds: TimeInterval, on loop: EventLoop, done: @escaping @Sendable (CustomCheckResult) -> Void) {
+               cacheSeconds: TimeInterval, on loop: EventLoop, done: @escaping (CustomCheckResult) -> Void) {
+        let done = OnLoop(done)
         let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         let key = Key(chain: chain.map(\.der), host: name, port: port, command: command)
         let now = ProcessLimits.monotonicSeconds()
@@ -46,7 +47,7 @@ public final class CustomChecks: Sendable {
             state.waiting += 1
             return nil
         }
-        if let cached { return loop.post { done(cached) } }
+        if let cached { return loop.post { done.call(cached) } }
         let input = Array(chain.map(\.pem).joined().utf8)
         queue.async { [self] in
             slots.wait()
@@ -58,7 +59,7 @@ public final class CustomChecks: Sendable {
                 if state.cache.count >= 10_000 { state.cache = state.cache.filter { $0.value.expires > expires - cacheSeconds } }
                 if cacheSeconds > 0 { state.cache[key] = (result, expires) }
             }
-            loop.post { done(result) }
+            loop.post { done.call(result) }
         }
     }
 
@@ -76,5 +77,19 @@ public final class CustomChecks: Sendable {
         } catch {
             return CustomCheckResult(passed: false, detail: "\(error)")
         }
+    }
+}
+
+/// A closure that belongs to one event loop's thread, carried through other threads only to be
+/// posted back to that loop and called there.
+private final class OnLoop<Argument>: @unchecked Sendable {
+    private let body: (Argument) -> Void
+
+    init(_ body: @escaping (Argument) -> Void) {
+        self.body = body
+    }
+
+    func call(_ argument: Argument) {
+        body(argument)
     }
 }

@@ -20,11 +20,50 @@ extension ClientConnection {
             if connection.sessionReused { worker.shared.sessions.remove(sessionKey(for: destination)) }
             return refuse(verdict: verdict, alpn: connection.selectedProtocol)
         }
-        connection.admitSession()
+        if TrustEvaluator.needsCustomCheck(verdict), let command = destination.entry.policy.verifyCommand {
+            return runCustomCheck(command, verdict: verdict, upstream: upstream, for: destination, opening: opening)
+        }
+        admit(verdict, upstream: upstream, for: destination, opening: opening)
+    }
+
+    /// The verdict admits the upstream: its session may be resumed, and the client's side goes on.
+    private func admit(_ verdict: Verdict, upstream: Upstream, for destination: Destination, opening: Opening) {
+        upstream.connection.admitSession()
         let tunnel = Tunnel(destination: destination, upstream: upstream, verdict: verdict)
         switch opening {
         case .first: intercept(tunnel)
         case .reopen(let hello): admitReopened(tunnel, for: hello)
         }
+    }
+
+    /// Step 6b: the entry's `verify_command` on the verified chain, off the loop. Its answer
+    /// can only refuse more; until it comes, the client is watched as during the handshake.
+    private func runCustomCheck(_ command: [String], verdict: Verdict, upstream: Upstream, for destination: Destination, opening: Opening) {
+        let settings = config.proxy
+        let patience = settings.verifyCommandTimeout + settings.handshakeTimeout
+        let timer = LoopTimer(loop: worker.loop, after: patience) { [weak self] in self?.customCheckTimedOut() }
+        enter(.checkingCommand(destination, upstream, verdict, timer: timer, opening))
+        worker.shared.customChecks.check(command, chain: verdict.verified, host: destination.host, port: destination.port,
+                                         timeout: settings.verifyCommandTimeout, cacheSeconds: settings.verifyCommandCache,
+                                         on: worker.loop) { [weak self] result in self?.customCheckAnswered(result) }
+    }
+
+    private func customCheckAnswered(_ result: CustomCheckResult) {
+        guard case .checkingCommand(let destination, let upstream, let builtIn, _, let opening) = state else {
+            // The connection was closed meanwhile (the client left, say): nothing waits for it.
+            return
+        }
+        let verdict = TrustEvaluator.adding(result, to: builtIn)
+        guard verdict.allowsConnection else { return refuse(verdict: verdict, alpn: upstream.connection.selectedProtocol) }
+        admit(verdict, upstream: upstream, for: destination, opening: opening)
+    }
+
+    private func customCheckTimedOut() {
+        guard case .checkingCommand(_, let upstream, let builtIn, _, _) = state else { return unexpected("the verify_command timer") }
+        let late = CustomCheckResult(passed: false, detail: "verify_command did not answer within \(formatSeconds(config.proxy.verifyCommandTimeout + config.proxy.handshakeTimeout)) (waiting for a free slot included)")
+        let verdict = TrustEvaluator.adding(late, to: builtIn)
+        guard verdict.allowsConnection else { return refuse(verdict: verdict, alpn: upstream.connection.selectedProtocol) }
+        guard case .checkingCommand(let destination, _, _, _, let opening) = state else { return }
+        admit(verdict, upstream: upstream, for: destination, opening: opening)
     }
 }

@@ -26,6 +26,7 @@ extension ClientConnection {
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol)
         guard note == nil else { return }
+        worker.shared.report(verdict, host: tunnel.destination.host, port: tunnel.destination.port)
         if let reason = verdict.reason {
             worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason)
             worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true)
@@ -76,7 +77,8 @@ extension ClientConnection {
         switch state {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
-        case .readingRequest, .resolving, .connecting, .upstreamHandshake, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying, .refusing,
+             .refusingInTLS, .closed:
             unexpected("the client handshake timer")
         }
     }

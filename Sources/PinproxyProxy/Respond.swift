@@ -37,9 +37,10 @@ extension ClientConnection {
     /// offer is refused after the 200: the client's handshake is cut off.
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?) {
         switch state {
-        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first):
+        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+             .checkingCommand(_, _, _, _, .first):
             break
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen):
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
             return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn)
         case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
@@ -48,7 +49,11 @@ extension ClientConnection {
         logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
-        if case .upstreamHandshake(_, let upstream, _, _) = state { upstream.connection.close() }
+        if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
+        switch state {
+        case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
+        default: break
+        }
         if config.proxy.refusal == .inTLS, reason != .badRequest, let subject {
             return refuseInTLS(subject, reason: reason, detail: detail, verdict: verdict)
         }
@@ -67,6 +72,7 @@ extension ClientConnection {
     /// The upstream reopened for the client's ALPN offer is refused: the CONNECT already got
     /// its 200, so the client's TLS handshake is cut off, and nothing is relayed.
     private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?) {
+        if let verdict, let subject = logSubject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         logDecision(outcome: "refused", reason: reason, status: 200,

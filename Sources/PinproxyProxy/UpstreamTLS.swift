@@ -40,6 +40,10 @@ extension ClientConnection {
                 return refuse(.tlsVersion, "\(describe(upstream, for: destination)) offers no TLS version at or above \(destination.entry.policy.minTLS.rawValue): \(failure)")
             }
             refuse(.handshakeFailed, "the TLS handshake with \(describe(upstream, for: destination)) failed: \(failure)")
+        case .checkingCommand(let destination, let upstream, _, _, _):
+            // The upstream is not read until the relay starts, so only an error can come here.
+            logEvent(.warning, "upstream-closed", detail: "\(describe(upstream, for: destination)) closed while its verify_command ran")
+            close()
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
@@ -60,7 +64,7 @@ extension ClientConnection {
     func upstreamRenegotiationAttempted() {
         let why = "the upstream asked to renegotiate TLS after the verdict (refused: a second handshake could present a certificate the verdict never saw)"
         switch state {
-        case .upstreamHandshake:
+        case .upstreamHandshake, .checkingCommand:
             refuse(.handshakeFailed, why)
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _):
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")

@@ -77,6 +77,7 @@ STATUS = {
             "certificate-not-yet-valid",
             "revoked",
             "revocation-unknown",
+            "custom-check",
             "hostname-mismatch",
             "pin-mismatch",
             "tls-version",
