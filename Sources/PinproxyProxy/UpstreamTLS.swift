@@ -44,7 +44,7 @@ extension ClientConnection {
     /// `ocsp-staple` entries never use the cache.)
     var sessionKey: String? {
         guard let (host, port) = target, let entry else { return nil }
-        return "\(entry.policy.fingerprint)|\(host)|\(port)"
+        return "\(entry.fingerprint)|\(host)|\(port)"
     }
 
     func describeUpstream() -> String {
