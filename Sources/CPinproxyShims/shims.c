@@ -71,6 +71,8 @@ void pp_SSL_CTX_select_alpn_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ct
 
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *)) { SSL_CTX_sess_set_new_cb(ctx, callback); }
 
+void pp_SSL_CTX_prefer_server_ciphers(SSL_CTX *ctx) { SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE); }
+
 static int pp_server_name_index = -1;
 
 static void pp_free_server_name(void *parent, void *pointer, CRYPTO_EX_DATA *data, int index, long argl, void *argp) {

@@ -76,4 +76,7 @@ int pp_SSL_expect_server_name(SSL *ssl, const char *name);
 // SSL_CTX_sess_set_new_cb with a Swift-provided callback (a plain function pointer).
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *));
 
+// SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE).
+void pp_SSL_CTX_prefer_server_ciphers(SSL_CTX *ctx);
+
 #endif
