@@ -45,3 +45,6 @@ void pp_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *ctx, int (*callback)(SSL
 }
 
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *)) { SSL_CTX_sess_set_new_cb(ctx, callback); }
+
+uint64_t pp_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
+uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void) { return SSL_OP_CIPHER_SERVER_PREFERENCE; }

@@ -45,6 +45,7 @@ public final class BufferEvent {
     /// Called on the loop's next pass after a refused renegotiation request.
     public var onRenegotiationAttempt: (() -> Void)?
     private var renegotiationNotice: Timer?
+    private var readHighWatermark = 0
     public var onRead: (() -> Void)?
     public var onWrite: (() -> Void)?
     public var onEvent: ((Events) -> Void)?
@@ -152,6 +153,9 @@ public final class BufferEvent {
         }
         bufferevent_openssl_set_allow_dirty_shutdown(filter, 1)
         bufferevent_setwatermark(plain, Int16(EV_WRITE), 0, bufferLimit)
+        // Encrypted records leave in as few writes as the buffer allows: libevent's default of
+        // 16 KiB per write splits every full record (16 KiB + 22 bytes) in two.
+        _ = bufferevent_set_max_single_write(plain, bufferLimit)
         // The filter has replaced this buffer event's callbacks.
         onRead = nil
         onWrite = nil
@@ -260,6 +264,15 @@ public final class BufferEvent {
     public func setWriteLowWatermark(_ bytes: Int) {
         guard let handle else { return }
         bufferevent_setwatermark(handle, Int16(EV_WRITE), bytes, 0)
+    }
+
+    /// Reading pauses while the input holds `bytes` or more. A TLS buffer event then also reads
+    /// whole records (up to 16 KiB at once) instead of 4 KiB pieces, so each relayed record
+    /// goes out as one record.
+    public func setReadHighWatermark(_ bytes: Int) {
+        guard let handle, bytes != readHighWatermark else { return }
+        readHighWatermark = bytes
+        bufferevent_setwatermark(handle, Int16(EV_READ), 0, bytes)
     }
 
     /// Bytes queued here and not yet sent. For a TLS filter this excludes the (bounded)

@@ -4,14 +4,22 @@ import COpenSSL
 
 /// SHA-256 through OpenSSL's EVP interface.
 public enum SHA256 {
+    /// The implementation, fetched from the provider once: `EVP_sha256()` would be looked up
+    /// again (under a lock) by every digest.
+    nonisolated(unsafe) private static let algorithm: OpaquePointer = {
+        guard let md = EVP_MD_fetch(nil, "SHA256", nil) else { fatalError("EVP_MD_fetch(SHA256) failed") }
+        return md
+    }()
+
     /// The 32-byte SHA-256 digest of `bytes`.
     public static func hash(_ bytes: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBytes { input in
-            EVP_Digest(input.baseAddress, input.count, &digest, &length, EVP_sha256(), nil)
+        [UInt8](unsafeUninitializedCapacity: 32) { digest, count in
+            var length: UInt32 = 0
+            let ok = bytes.withUnsafeBytes { input in
+                EVP_Digest(input.baseAddress, input.count, digest.baseAddress, &length, algorithm, nil)
+            }
+            precondition(ok == 1 && length == 32, "EVP_Digest(SHA-256) failed")
+            count = 32
         }
-        precondition(ok == 1, "EVP_Digest(SHA-256) failed")
-        return Array(digest.prefix(Int(length)))
     }
 }

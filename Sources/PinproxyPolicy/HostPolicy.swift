@@ -1,5 +1,6 @@
 import Foundation
 import PinproxyInterop
+import Synchronization
 
 /// The policy one `[default]` or `[hosts."PATTERN"]` entry applies, fully loaded: pins
 /// parsed, pinned certificates, anchors and CRLs read. It fails closed by construction: it is
@@ -173,11 +174,23 @@ public final class PolicyEntry: Sendable {
     /// The line of the entry's table header (0 when the config did not write it).
     public let line: Int
     public let policy: HostPolicy
+    private let cachedFingerprint = Mutex<String?>(nil)
 
     public init(pattern: HostPattern?, name: String, line: Int, policy: HostPolicy) {
         self.pattern = pattern
         self.name = name
         self.line = line
         self.policy = policy
+    }
+
+    /// `policy.fingerprint`, computed once (on first use, so a 100,000-entry `check` does not
+    /// pay for it): the proxy keys its upstream session cache with it on every CONNECT.
+    public var fingerprint: String {
+        cachedFingerprint.withLock { cached in
+            if let cached { return cached }
+            let fingerprint = policy.fingerprint
+            cached = fingerprint
+            return fingerprint
+        }
     }
 }

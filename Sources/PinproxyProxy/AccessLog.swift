@@ -47,12 +47,15 @@ struct LineLogHandler: LogHandler {
     func log(event: LogEvent) {
         var fields: [(String, String)] = [("time", rfc3339Milliseconds(Date())), ("level", Self.levelName(event.level)), ("event", event.message.description)]
         let values = metadata.merging(event.metadata ?? [:]) { $1 }
-        let order = AccessLog.Field.allCases.map(\.rawValue)
-        for key in values.keys.sorted(by: { (order.firstIndex(of: $0) ?? order.count, $0) < (order.firstIndex(of: $1) ?? order.count, $1) }) {
+        let rank = Self.fieldRank
+        for key in values.keys.sorted(by: { (rank[$0] ?? rank.count, $0) < (rank[$1] ?? rank.count, $1) }) {
             fields.append((key, "\(values[key]!)"))
         }
         StandardError.writeLine(prefixer.format(format == .json ? Self.json(fields) : Self.logfmt(fields), priority: Self.priority(event.level)))
     }
+
+    /// Each field's position in a line.
+    static let fieldRank = Dictionary(uniqueKeysWithValues: AccessLog.Field.allCases.enumerated().map { ($0.element.rawValue, $0.offset) })
 
     static func levelName(_ level: Logger.Level) -> String {
         switch level {
@@ -93,6 +96,9 @@ struct LineLogHandler: LogHandler {
             case "\n": result += "\\n"
             case "\r": result += "\\r"
             case "\t": result += "\\t"
+            case " "..."~":
+                // Printable ASCII: nothing to look up.
+                result.unicodeScalars.append(scalar)
             default:
                 // Controls, line and paragraph separators (U+0085, U+2028, U+2029) and format
                 // characters (bidi overrides) are escaped: a certificate subject must not be able

@@ -175,7 +175,7 @@ public final class Daemon {
                 shared.metrics.reload(ok: true)
                 shared.metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
                 // Sessions admitted under a policy this reload changed are never resumed.
-                let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.policy.fingerprint))
+                let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.fingerprint))
                 shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
                 shared.log.emit(.info, "reload", [(.outcome, "ok"), (.config, configPath), (.entries, String(config.policies.entries.count))])
                 for warning in config.warnings {

@@ -115,6 +115,10 @@ extension ClientConnection {
         }
         let moved = source.moveInput(to: sink)
         guard moved > 0 else { return }
+        // A direction that carries more than small messages reads (and so relays) whole TLS
+        // records from now on; one that does not keeps libevent's small read reservations,
+        // which an idle tunnel holds.
+        if moved >= 4096 { source.setReadHighWatermark(config.proxy.relayBufferBytes) }
         tunnel.lastActivity = worker.loop.now
         switch direction {
         case .up:

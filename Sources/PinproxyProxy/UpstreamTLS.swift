@@ -79,7 +79,7 @@ extension ClientConnection {
     /// is only resumed under the policy that admitted it. (Staples are not resumed, so
     /// `ocsp-staple` entries never use the cache.)
     func sessionKey(for destination: Destination) -> String {
-        "\(destination.entry.policy.fingerprint)|\(destination.host)|\(destination.port)"
+        "\(destination.entry.fingerprint)|\(destination.host)|\(destination.port)"
     }
 
     func describe(_ upstream: Upstream, for destination: Destination) -> String {

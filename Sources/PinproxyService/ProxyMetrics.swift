@@ -52,6 +52,22 @@ public final class ProxyMetrics: Sendable {
     private let handshakeSeconds: ValueHistogram
     private let verificationSeconds: ValueHistogram
     private let pinExpiryGauges = Mutex<[String: Gauge]>([:])
+    /// Counters resolved once, so a connection costs an increment, not a registry look-up
+    /// (which builds the label set and takes the registry's lock).
+    private let allowedConnections: Counter
+    private let outcomeCounters = Mutex<[CounterKey: Counter]>([:])
+    private let refusalCounters = Mutex<[RefusalKey: Counter]>([:])
+
+    private struct CounterKey: Hashable {
+        let outcome: ConnectionOutcome
+        let reason: RefusalReason?
+    }
+
+    private struct RefusalKey: Hashable {
+        let hostPattern: String
+        let reason: RefusalReason
+        let reportOnly: Bool
+    }
 
     private enum Name {
         static let connections = "pinproxy_connections_total"
@@ -93,27 +109,35 @@ public final class ProxyMetrics: Sendable {
                                                        help: Help.handshake)
         verificationSeconds = registry.makeValueHistogram(name: Name.verification, buckets: Self.verificationBuckets,
                                                           help: Help.verification)
+        allowedConnections = registry.makeCounter(name: Name.connections, labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")],
+                                                  help: Help.connections)
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
-        _ = connectionCounter(.allowed, reason: nil)
     }
 
     // MARK: Connections and refusals
 
     /// Counts one client connection's outcome; `reason` is nil for a plain allow.
     public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
+        if outcome == .allowed, reason == nil { return allowedConnections.increment() }
         connectionCounter(outcome, reason: reason).increment()
     }
 
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
     /// `patternLabel(for:)`); `reportOnly` for an `enforce = false` entry's would-refuse.
     public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false) {
-        registry.makeCounter(
-            name: Name.refusals,
-            labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
-                     ("mode", reportOnly ? "report_only" : "enforce")],
-            help: Help.refusals
-        ).increment()
+        let key = RefusalKey(hostPattern: hostPattern, reason: reason, reportOnly: reportOnly)
+        refusalCounters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = registry.makeCounter(
+                name: Name.refusals,
+                labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
+                         ("mode", reportOnly ? "report_only" : "enforce")],
+                help: Help.refusals
+            )
+            counters[key] = counter
+            return counter
+        }.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or
@@ -224,11 +248,17 @@ public final class ProxyMetrics: Sendable {
     // MARK: Private
 
     private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?) -> Counter {
-        registry.makeCounter(
-            name: Name.connections,
-            labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")],
-            help: Help.connections
-        )
+        outcomeCounters.withLock { counters in
+            let key = CounterKey(outcome: outcome, reason: reason)
+            if let counter = counters[key] { return counter }
+            let counter = registry.makeCounter(
+                name: Name.connections,
+                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")],
+                help: Help.connections
+            )
+            counters[key] = counter
+            return counter
+        }
     }
 
     private func reloadCounter(ok: Bool) -> Counter {

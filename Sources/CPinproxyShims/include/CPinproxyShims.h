@@ -65,4 +65,9 @@ void pp_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *ctx, int (*callback)(SSL
 // SSL_CTX_sess_set_new_cb with a Swift-provided callback (a plain function pointer).
 void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION *));
 
+// SSL_OP_* option bits are built with the SSL_OP_BIT() macro, which Swift does not import.
+uint64_t pp_SSL_OP_NO_RENEGOTIATION(void);
+uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void);
+
+
 #endif
