@@ -79,6 +79,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
         if (info.st_mode & S_IFMT) == S_IFDIR { throw FileReadError(errno: EISDIR) }
         if (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_size) > Int64(limit) { throw .tooLarge(limit: limit) }
         var result: [UInt8] = []
+        if (info.st_mode & S_IFMT) == S_IFREG { result.reserveCapacity(Int(info.st_size)) }
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
