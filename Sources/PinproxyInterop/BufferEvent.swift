@@ -418,9 +418,7 @@ public final class BufferEvent {
                 if code == 0 { break }
                 guard isOpenSSLErrorCode(code) else { continue }
                 if TLSFailure.isProtocolVersionError(code) { versionMismatch = true }
-                var buffer = [CChar](repeating: 0, count: 256)
-                ERR_error_string_n(code, &buffer, buffer.count)
-                messages.append(String(cString: buffer))
+                messages.append(errorString(code))
             }
         }
         for message in drainErrorQueue() {

@@ -14,7 +14,7 @@ extension Certificate {
             var name = [CChar](repeating: 0, count: 64)
             var length = 0
             guard EVP_PKEY_get_group_name(key, &name, name.count, &length) == 1 else { return "EC \(bits)" }
-            let curve = String(cString: name)
+            let curve = string(fromNulTerminated: name)
             let nist = ["prime256v1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"]
             return "EC \(nist[curve] ?? curve)"
         case EVP_PKEY_ED25519: return "Ed25519"

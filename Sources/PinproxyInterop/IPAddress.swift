@@ -51,7 +51,7 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
         bytes.withUnsafeBytes { raw in
             _ = inet_ntop(family, raw.baseAddress, &buffer, socklen_t(buffer.count))
         }
-        return String(cString: buffer)
+        return string(fromNulTerminated: buffer)
     }
 
     /// The form used in `host:port` text: IPv6 in brackets.

@@ -26,11 +26,21 @@ func drainErrorQueue() -> [String] {
     while true {
         let code = ERR_get_error()
         if code == 0 { break }
-        var buffer = [CChar](repeating: 0, count: 256)
-        ERR_error_string_n(code, &buffer, buffer.count)
-        messages.append(String(cString: buffer))
+        messages.append(errorString(code))
     }
     return messages
+}
+
+/// OpenSSL's text for an error-queue code (`error:0A000086:SSL routines::certificate verify failed`).
+func errorString(_ code: UInt) -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    ERR_error_string_n(code, &buffer, buffer.count)
+    return string(fromNulTerminated: buffer)
+}
+
+/// The text of a NUL-terminated C buffer that C code filled (UTF-8; invalid bytes replaced).
+func string(fromNulTerminated buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 /// Whether `code` is an OpenSSL error code: a system error, or one with a library. libevent's

@@ -61,9 +61,10 @@ public final class PinFailureReporter: Sendable {
                 perHostPerMinute: Int = 10, timeout: TimeInterval = 10,
                 checkCollector: @escaping CollectorCheck, resolve: @escaping Resolver, log: @escaping LogLine) {
         self.perHostPerMinute = perHostPerMinute
-        queued = registry.makeCounter(name: "pinproxy_reports_total", labels: [("result", "queued")])
-        dropped = registry.makeCounter(name: "pinproxy_reports_total", labels: [("result", "dropped")])
-        let sent = registry.makeCounter(name: "pinproxy_reports_total", labels: [("result", "sent")])
+        let descriptor = MetricNameDescriptor.named("pinproxy_reports_total", help: "Pin-failure reports by result (report_to).")
+        queued = registry.makeCounter(descriptor: descriptor, labels: [("result", "queued")])
+        dropped = registry.makeCounter(descriptor: descriptor, labels: [("result", "dropped")])
+        let sent = registry.makeCounter(descriptor: descriptor, labels: [("result", "sent")])
         let counters = Sink.Counters(sent: sent, dropped: dropped)
         sinks = destinations.map { destination in
             Sink(destination: destination, capacity: capacity, timeout: timeout, counters: counters,

@@ -100,17 +100,17 @@ public final class ProxyMetrics: Sendable {
     /// first scrape (reloads, bytes, allowed connections) are created at once.
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
-        openTunnels = registry.makeGauge(name: Name.openTunnels, help: Help.openTunnels)
-        bytesToUpstream = registry.makeCounter(name: Name.relayedBytes, labels: [("direction", "client_to_upstream")],
-                                               help: Help.relayedBytes)
-        bytesToClient = registry.makeCounter(name: Name.relayedBytes, labels: [("direction", "upstream_to_client")],
-                                             help: Help.relayedBytes)
-        handshakeSeconds = registry.makeValueHistogram(name: Name.handshake, buckets: Self.handshakeBuckets,
-                                                       help: Help.handshake)
-        verificationSeconds = registry.makeValueHistogram(name: Name.verification, buckets: Self.verificationBuckets,
-                                                          help: Help.verification)
-        allowedConnections = registry.makeCounter(name: Name.connections, labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")],
-                                                  help: Help.connections)
+        openTunnels = registry.makeGauge(descriptor: .named(Name.openTunnels, help: Help.openTunnels))
+        bytesToUpstream = registry.makeCounter(descriptor: .named(Name.relayedBytes, help: Help.relayedBytes),
+                                               labels: [("direction", "client_to_upstream")])
+        bytesToClient = registry.makeCounter(descriptor: .named(Name.relayedBytes, help: Help.relayedBytes),
+                                             labels: [("direction", "upstream_to_client")])
+        handshakeSeconds = registry.makeValueHistogram(descriptor: .named(Name.handshake, help: Help.handshake),
+                                                       buckets: Self.handshakeBuckets)
+        verificationSeconds = registry.makeValueHistogram(descriptor: .named(Name.verification, help: Help.verification),
+                                                          buckets: Self.verificationBuckets)
+        allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
+                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -130,10 +130,9 @@ public final class ProxyMetrics: Sendable {
         refusalCounters.withLock { counters in
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
-                name: Name.refusals,
+                descriptor: .named(Name.refusals, help: Help.refusals),
                 labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
-                         ("mode", reportOnly ? "report_only" : "enforce")],
-                help: Help.refusals
+                         ("mode", reportOnly ? "report_only" : "enforce")]
             )
             counters[key] = counter
             return counter
@@ -198,7 +197,7 @@ public final class ProxyMetrics: Sendable {
             var next: [String: Gauge] = [:]
             for (pattern, days) in entries {
                 let gauge = gauges[pattern] ?? registry.makeGauge(
-                    name: Name.pinExpiry, labels: [("host_pattern", pattern)], help: Help.pinExpiry)
+                    descriptor: .named(Name.pinExpiry, help: Help.pinExpiry), labels: [("host_pattern", pattern)])
                 gauge.set(days)
                 next[pattern] = gauge
             }
@@ -252,9 +251,8 @@ public final class ProxyMetrics: Sendable {
             let key = CounterKey(outcome: outcome, reason: reason)
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
-                name: Name.connections,
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")],
-                help: Help.connections
+                descriptor: .named(Name.connections, help: Help.connections),
+                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")]
             )
             counters[key] = counter
             return counter
@@ -262,6 +260,13 @@ public final class ProxyMetrics: Sendable {
     }
 
     private func reloadCounter(ok: Bool) -> Counter {
-        registry.makeCounter(name: Name.reloads, labels: [("result", ok ? "ok" : "failed")], help: Help.reloads)
+        registry.makeCounter(descriptor: .named(Name.reloads, help: Help.reloads), labels: [("result", ok ? "ok" : "failed")])
+    }
+}
+
+extension MetricNameDescriptor {
+    /// A metric called exactly `name` (no namespace, subsystem or unit joined to it), with `help`.
+    static func named(_ name: String, help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
     }
 }
