@@ -145,5 +145,6 @@ trust = "system"
 #
 # [hosts."tracker.example.com"]
 # action = "deny"
+
 """#
 }

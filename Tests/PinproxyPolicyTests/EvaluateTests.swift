@@ -109,12 +109,12 @@ final class EvaluateTests: XCTestCase {
     /// The reasons the verdict gives are exactly the policy reasons, in priority order.
     func testPolicyReasonsAndTheirPriority() {
         let policy: [RefusalReason] = [.hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
-                                       .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch]
+                                       .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .customCheck]
         XCTAssertEqual(RefusalReason.allCases.filter(\.isPolicyDecision), policy)
         XCTAssertEqual(policy.sorted(), policy)
         XCTAssertEqual(policy.map(\.rawValue), ["host-denied", "port-denied", "untrusted-chain", "certificate-expired",
                                                 "certificate-not-yet-valid", "revoked", "revocation-unknown",
-                                                "hostname-mismatch", "pin-mismatch"])
+                                                "hostname-mismatch", "pin-mismatch", "custom-check"])
     }
 
     // MARK: Chains that must not verify
@@ -398,8 +398,9 @@ final class EvaluateTests: XCTestCase {
             (.hostnameMismatch, "", "api.test", "other-chain.pem", 443),
             (.pinMismatch, "pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]", "api.test", "api-chain.pem", 443),
         ]
-        XCTAssertEqual(Set(rows.map(\.0)), Set(RefusalReason.allCases.filter(\.isPolicyDecision)))
-        XCTAssertEqual(RefusalReason.allCases.filter(\.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch])
+        // custom-check comes from verify_command, after the evaluation: testCustomCheckOnlyRefusesMore.
+        XCTAssertEqual(Set(rows.map(\.0)).union([.customCheck]), Set(RefusalReason.allCases.filter(\.isPolicyDecision)))
+        XCTAssertEqual(RefusalReason.allCases.filter(\.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck])
         var cases: [EvaluationCase] = []
         for (reason, keys, host, chain, port) in rows {
             cases.append(.init(name: "enforced \(reason.rawValue)", config: Self.apiEntry(keys), host: host, port: port,
@@ -417,7 +418,30 @@ final class EvaluateTests: XCTestCase {
         let untrusted = try pki.evaluate(config: Self.apiEntry("enforce = false"), host: "api.test", chain: "untrusted-chain.pem")
         XCTAssertEqual(untrusted.outcome, .refuse(.untrustedChain))
         XCTAssertFalse(untrusted.allowsConnection)
-        XCTAssertEqual(untrusted.notes, ["enforce = false does not apply to untrusted-chain: only pin, unknown-revocation, host and port refusals can be report-only"])
+        XCTAssertEqual(untrusted.notes, ["enforce = false does not apply to untrusted-chain: only pin, unknown-revocation, custom-check, host and port refusals can be report-only"])
+    }
+
+    /// verify_command's answer can only refuse more: a pass changes nothing, a failure adds
+    /// custom-check (report-only under enforce = false), and nothing turns a refusal into an allow.
+    func testCustomCheckOnlyRefusesMore() throws {
+        let failed = CustomCheckResult(passed: false, detail: "check-ct exited with status 1: no SCT")
+        let allowed = try pki.evaluate(config: Self.apiEntry(""), host: "api.test", chain: "api-chain.pem")
+        XCTAssertEqual(TrustEvaluator.adding(CustomCheckResult(passed: true, detail: ""), to: allowed).outcome, .allow)
+        let refused = TrustEvaluator.adding(failed, to: allowed)
+        XCTAssertEqual(refused.outcome, .refuse(.customCheck))
+        XCTAssertEqual(refused.failures.map(\.description), ["custom-check: check-ct exited with status 1: no SCT"])
+
+        let reportOnly = try pki.evaluate(config: Self.apiEntry("enforce = false"), host: "api.test", chain: "api-chain.pem")
+        XCTAssertEqual(TrustEvaluator.adding(failed, to: reportOnly).outcome, .reportOnly(.customCheck))
+        let pinReportOnly = try pki.evaluate(config: Self.apiEntry("pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]\nenforce = false"),
+                                             host: "api.test", chain: "api-chain.pem")
+        let both = TrustEvaluator.adding(failed, to: pinReportOnly)
+        XCTAssertEqual(both.outcome, .reportOnly(.pinMismatch))
+        XCTAssertEqual(both.failures.map(\.reason), [.pinMismatch, .customCheck])
+
+        let untrusted = try pki.evaluate(config: Self.apiEntry(""), host: "api.test", chain: "untrusted-chain.pem")
+        XCTAssertFalse(TrustEvaluator.needsCustomCheck(untrusted))
+        XCTAssertEqual(TrustEvaluator.adding(CustomCheckResult(passed: true, detail: ""), to: untrusted).outcome, .refuse(.untrustedChain))
     }
 
     /// The reproduction: a self-signed, expired certificate for another name, served to a
