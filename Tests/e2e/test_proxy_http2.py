@@ -38,6 +38,7 @@ from proxy_harness import (
     clean_env,
     connect,
     curl,  # noqa: F401 (fixture)
+    make_proxy,  # noqa: F401 (fixture)
     module_proxies,  # noqa: F401 (fixture)
     origins,  # noqa: F401 (fixture)
     pinned_entry,
@@ -444,3 +445,85 @@ def test_client_hello_in_one_byte_segments(proxy, alpn_origins):
     finally:
         sock.close()
     poll(lambda: len(decision(proxy, c.client_port)) == 2, what="the reopened upstream's decision line")
+
+
+class StallsWhenReopened:
+    """A TLS origin (h2, http/1.1) whose first connection completes its handshake, and whose
+    later ones are accepted and never answered: a reopened upstream stays in its handshake.
+    Records whether each stalled connection was closed by its peer."""
+
+    def __init__(self, pki):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(pki.path("api-chain.pem")), str(pki.path("api.key")))
+        self.ctx.set_alpn_protocols(["h2", "http/1.1"])
+        self.connections = 0
+        self.stalled: list[str] = []  # "open", then "closed"
+        self.lock = threading.Lock()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                first = self.connections == 1
+            threading.Thread(target=self._first if first else self._stall, args=(conn,), daemon=True).start()
+
+    def _first(self, conn: socket.socket):
+        conn.settimeout(TIMEOUT)
+        try:
+            with self.ctx.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(1)
+        except OSError:
+            pass
+
+    def _stall(self, conn: socket.socket):
+        with self.lock:
+            index = len(self.stalled)
+            self.stalled.append("open")
+        conn.settimeout(TIMEOUT * 3)
+        try:
+            while conn.recv(65536):
+                pass
+            with self.lock:
+                self.stalled[index] = "closed"
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_client_leaving_during_the_reopen_stops_it(make_proxy, pki):
+    """A client that closes while its upstream is being reopened (for its http/1.1-only offer)
+    is noticed at once: the reopened upstream's handshake is abandoned (its connection
+    closed) long before handshake_timeout, and the log says so."""
+    origin = StallsWhenReopened(pki)
+    p = make_proxy(proxy={"allow_ports": [origin.port], "handshake_timeout": 300},
+                   resolve={API: "127.0.0.1"}, hosts={API: pinned_entry(pki, "api", "int-a")})
+    try:
+        c = connect(p.port, API, origin.port)
+        assert c.answer.status == 200, c.answer
+        ctx = p.client_context()
+        ctx.set_alpn_protocols(["http/1.1"])
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(incoming, outgoing, server_hostname=API)
+        with pytest.raises(ssl.SSLWantReadError):
+            tls.do_handshake()
+        c.sock.sendall(outgoing.read())  # the ClientHello: h2 is not offered, so pinproxy reopens
+        poll(lambda: origin.stalled == ["open"], what=f"the reopened upstream connection\n{p.describe()}")
+        c.sock.close()
+        poll(lambda: origin.stalled == ["closed"], what=f"pinproxy to abandon the reopened upstream\n{p.describe()}")
+        line = p.wait_for_log(lambda l: l.get("event") == "client-handshake-failed" and l.get("port") == str(origin.port),
+                              what="the client-handshake-failed line")
+        assert "reopened" in line["detail"], line.raw
+        assert not [l for l in p.logs() if l.get("reason") == "upstream-timeout"]
+    finally:
+        origin.close()
