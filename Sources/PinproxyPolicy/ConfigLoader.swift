@@ -59,11 +59,9 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
-        if let (line, byte) = ConfigText.firstControlCharacter(in: text) {
-            let hex = String(byte, radix: 16, uppercase: true)
-            let code = "U+" + String(repeating: "0", count: 4 - hex.count) + hex
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error,
-                                                       message: "the config holds the control character \(code): TOML allows none but tab and line breaks (in a string, write an escape)")])
+        // toml++ aborts on some invalid input rather than reporting it: refused first.
+        if let problem = ConfigText.problemBeforeParsing(text) {
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: problem.line, severity: .error, message: problem.message)])
         }
         // toml++ recurses as deep as the text nests: a deep text must never reach it.
         if let (line, what) = NestingCheck.firstTooDeep(Array(text.utf8)) {

@@ -1,13 +1,28 @@
-/// Raw control characters in config text. TOML allows none but tab and line breaks (LF, CRLF)
-/// outside escapes, and toml++ (under TOMLKit) asserts on some of them (one right after the
-/// `[` of a table header aborts the process): the loader refuses them before parsing. U+0000
-/// is left to `SourceIndex.nulLine`, which also finds it as an escape.
+/// Checks on raw config text made before TOMLKit parses it. toml++ (under TOMLKit) asserts,
+/// aborting the process (`check`, or the daemon on a reload), on two kinds of input that are
+/// invalid TOML anyway, both found by the config fuzz target (Fuzz/regressions/config/):
+/// - a raw control character (TOML allows none but tab and line breaks outside escapes);
+/// - a table header whose first key does not start with a key character or a quote (`[=]`,
+///   `[é]`, a `[` that ends its line).
+/// U+0000 is left to `SourceIndex.nulLine`, which also finds it as an escape.
 enum ConfigText {
-    /// The 1-based line and the byte of the first forbidden control character; nil when none.
-    static func firstControlCharacter(in text: String) -> (line: Int, byte: UInt8)? {
+    /// The first such problem: its 1-based line and a message; nil when there is none.
+    static func problemBeforeParsing(_ text: String) -> (line: Int, message: String)? {
+        let bytes = Array(text.utf8)
+        if let (line, byte) = firstControlCharacter(bytes) {
+            let hex = String(byte, radix: 16, uppercase: true)
+            return (line, "the config holds the control character U+\(String(repeating: "0", count: 4 - hex.count) + hex): TOML allows none but tab and line breaks (in a string, write an escape)")
+        }
+        if let line = firstHeaderWithoutKey(bytes) {
+            return (line, "a table header must start with a key: a bare key (letters, digits, - and _) or a quoted one")
+        }
+        return nil
+    }
+
+    static func firstControlCharacter(_ bytes: [UInt8]) -> (line: Int, byte: UInt8)? {
         var line = 1
         var previous: UInt8 = 0
-        for byte in text.utf8 {
+        for byte in bytes {
             if previous == 0x0D, byte != 0x0A { return (line, previous) }
             switch byte {
             case 0x0A: line += 1
@@ -17,5 +32,77 @@ enum ConfigText {
             previous = byte
         }
         return previous == 0x0D ? (line, previous) : nil
+    }
+
+    /// The line of the first `[` or `[[` at the start of a line (outside multi-line strings)
+    /// that is not followed, after blanks, by a key character, a quote or `]`.
+    static func firstHeaderWithoutKey(_ bytes: [UInt8]) -> Int? {
+        let quote = UInt8(ascii: "\""), apostrophe = UInt8(ascii: "'"), newline = UInt8(ascii: "\n")
+        let open = UInt8(ascii: "["), backslash = UInt8(ascii: "\\")
+        func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        func isKeyStart(_ byte: UInt8) -> Bool {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "]"), quote, apostrophe:
+                return true
+            default:
+                return false
+            }
+        }
+        func tripled(_ index: Int, _ byte: UInt8) -> Bool {
+            index + 2 < bytes.count && bytes[index] == byte && bytes[index + 1] == byte && bytes[index + 2] == byte
+        }
+        var line = 1
+        var index = 0
+        var atLineStart = true
+        var multiline: UInt8?  // the quote that closes the open multi-line string
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == newline {
+                line += 1
+                atLineStart = true
+                index += 1
+                continue
+            }
+            if let closing = multiline {
+                if closing == quote, byte == backslash {
+                    index += bytes[index + 1 < bytes.count ? index + 1 : index] == newline ? 1 : 2
+                } else if tripled(index, closing) {
+                    multiline = nil
+                    index += 3
+                } else {
+                    index += 1
+                }
+                continue
+            }
+            if atLineStart {
+                if isBlank(byte) { index += 1; continue }
+                atLineStart = false
+                if byte == open {
+                    var next = index + 1
+                    if next < bytes.count, bytes[next] == open { next += 1 }
+                    while next < bytes.count, isBlank(bytes[next]) { next += 1 }
+                    if next == bytes.count || !isKeyStart(bytes[next]) { return line }
+                }
+            }
+            switch byte {
+            case UInt8(ascii: "#"):
+                while index < bytes.count, bytes[index] != newline { index += 1 }
+            case quote, apostrophe:
+                if tripled(index, byte) {
+                    multiline = byte
+                    index += 3
+                } else {
+                    index += 1
+                    while index < bytes.count, bytes[index] != byte, bytes[index] != newline {
+                        index += byte == quote && bytes[index] == backslash ? 2 : 1
+                    }
+                    if index < bytes.count, bytes[index] == byte { index += 1 }
+                }
+            default:
+                index += 1
+            }
+        }
+        return nil
     }
 }

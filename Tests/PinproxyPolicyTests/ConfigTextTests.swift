@@ -1,0 +1,52 @@
+import PinproxyPolicy
+import XCTest
+
+/// Input on which toml++ (under TOMLKit) asserts, aborting the process (`check`, or the daemon
+/// on a reload), is refused before TOMLKit parses the text: raw control characters, and table
+/// headers that do not start with a key. Found by the config fuzz target
+/// (Fuzz/regressions/config/); each case here aborted the test process before the fix.
+final class ConfigTextTests: XCTestCase {
+    private func diagnostics(_ text: String) -> [String] {
+        do {
+            _ = try ConfigLoader.load(text: text, path: "c.toml", directory: NSTemporaryDirectory())
+            return []
+        } catch {
+            return error.diagnostics.map(\.description)
+        }
+    }
+
+    func testControlCharactersAfterATableHeaderBracketAreRefused() {
+        // Each of these aborted the loader inside toml++ (parse_key's assertion).
+        for header in ["[\u{01}]", "[ \u{01}]", "[[\u{02}]]", "[\u{1B}]", "[\u{7F}]", "[\u{0B}]", "[\u{0C}]", "[\r]"] {
+            XCTAssertEqual(diagnostics("a = 1\n" + header + "\n").count, 1, header.debugDescription)
+        }
+    }
+
+    func testTheMessageNamesTheLineAndTheCharacter() {
+        XCTAssertEqual(diagnostics("a = 1\n# fine\n[x]\nb = \"\u{07}\"\n"),
+                       ["c.toml:4: the config holds the control character U+0007: TOML allows none but tab and line breaks (in a string, write an escape)"])
+        XCTAssertEqual(diagnostics("a = 1\r\n\u{7F}"),
+                       ["c.toml:2: the config holds the control character U+007F: TOML allows none but tab and line breaks (in a string, write an escape)"])
+    }
+
+    func testTableHeadersMustStartWithAKey() {
+        let message = "a table header must start with a key: a bare key (letters, digits, - and _) or a quoted one"
+        for header in ["[=]", "[.]", "[#]", "[,]", "[{]", "[\u{E9}]", "[", "[ ", "[[", "[\t=]", "[[ =]]"] {
+            XCTAssertEqual(diagnostics("a = 1\n\n" + header + "\n"), ["c.toml:3: " + message], header.debugDescription)
+        }
+    }
+
+    func testValidHeadersAndBracketsInStringsAndCommentsPass() {
+        // (These may fail later for other reasons, never for the header check.)
+        for text in ["[proxy]\n[ \"resolve\" ]\n[[x-y_z]]\n[ 'q' ]\n[]\n",
+                     "[default]\naction = \"deny\"  # [=\n",
+                     "[default]\naction = \"\"\"\n[=]\n\\\"\"\"\n[=]\"\"\"\n",
+                     "[default]\naction = '''\n[=]\n'''\n"] {
+            XCTAssertFalse(diagnostics(text).contains { $0.contains("table header must start") }, text.debugDescription)
+        }
+    }
+
+    func testTabsAndLineBreaksStayValid() {
+        XCTAssertEqual(diagnostics("[proxy]\r\n\tallow_ports = [443]\t# tab\r\n\n"), [])
+    }
+}
