@@ -111,7 +111,7 @@ def test_reloads_under_load_cut_nothing_and_apply_the_newest_good_policy(make_pr
     p.assert_alive("after the reloads")
 
 
-@pytest.mark.parametrize("text", ["[=]\n", "[\n", "[hosts.\"api.test\"]\ntrust = \"none\x01\"\n"],
+@pytest.mark.parametrize("text", ["[=]\n", "[\n", "[\x1b]\n"],
                          ids=["header-without-key", "bracket-ends-line", "control-character"])
 def test_reload_of_text_the_toml_parser_aborts_on_keeps_serving(make_proxy, pki, api_origin, text):
     """toml++ (under TOMLKit) aborted the process on these (found by the config fuzzer): a
