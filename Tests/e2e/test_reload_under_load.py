@@ -109,3 +109,21 @@ def test_reloads_under_load_cut_nothing_and_apply_the_newest_good_policy(make_pr
     reloads = [l for l in p.logs() if l.get("event") == "reload"]
     assert [l.get("outcome") for l in reloads] == ["ok", "failed"] * (RELOADS // 2)
     p.assert_alive("after the reloads")
+
+
+@pytest.mark.parametrize("text", ["[=]\n", "[\n", "[\x1b]\n"],
+                         ids=["header-without-key", "bracket-ends-line", "control-character"])
+def test_reload_of_text_the_toml_parser_aborts_on_keeps_serving(make_proxy, pki, api_origin, text):
+    """toml++ (under TOMLKit) aborted the process on these (found by the config fuzzer): a
+    SIGHUP with such a file killed the daemon. Now it is a failed reload like any other."""
+    port = api_origin.port
+    p = make_proxy(proxy={"allow_ports": [port]}, resolve={API: "127.0.0.1"}, hosts={API: pinned_entry(pki, "api", "int-a")})
+    with Tunnel(p, API, port) as t:
+        p.write_config(p.render() + "\n" + text)
+        line = p.reload()
+        assert line.get("outcome") == "failed", line.raw
+        assert f"{p.config_path}:" in line.get("error", ""), line.raw
+        p.assert_alive("after reloading a file the TOML parser used to abort on")
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+    with Tunnel(p, API, port) as t:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
