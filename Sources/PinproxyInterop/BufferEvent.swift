@@ -207,6 +207,15 @@ public final class BufferEvent {
         }
     }
 
+    /// Closes at once, without lingering for bytes not yet sent: for a daemon that is stopping,
+    /// whose loop will not run long enough to send them.
+    public func abort() {
+        let underlying = self.underlying
+        self.underlying = nil
+        close()
+        underlying?.close()
+    }
+
     /// Sends what is left in the output, then closes: as long as the peer keeps reading, and
     /// at most `lingerTimeout` without progress. The pending callbacks keep this object alive.
     private func linger() {

@@ -44,6 +44,13 @@ public final class EventLoop: @unchecked Sendable {
     /// Runs the loop on the calling thread until `stop` is called.
     public func run() {
         event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY)
+        // Work posted before the stop still runs: closes hand their last frees (an SSL, a
+        // socket) to the loop's next pass, which must come even when it is the last.
+        for _ in 0..<8 {
+            let empty = pendingLock.withLock { pending.isEmpty }
+            if empty { break }
+            runPending()
+        }
     }
 
     /// Ends `run` after the current callbacks; safe from any thread, and also before `run`

@@ -301,6 +301,15 @@ final class ClientConnection {
 
     // MARK: Closing
 
+    /// The daemon is stopping: the connection is closed whatever its state; an open tunnel's
+    /// closing line says `reason`.
+    func cut(_ reason: String) {
+        if case .relaying(let tunnel, _) = state { tunnel.closeReason = reason }
+        // Nothing lingers: the loop stops right after.
+        clientSide.abort()
+        close()
+    }
+
     /// Closes both sides, logs the tunnel if one was open, and leaves the worker.
     func close() {
         let previous = state

@@ -218,7 +218,7 @@ public final class Daemon {
         let deadline = Date().addingTimeInterval(settings.drainTimeout)
         drainTimer = PinproxyInterop.Timer(loop: control, after: 0.05, repeats: true) { [unowned self] in
             guard self.shared.openConnections.load(ordering: .relaxed) == 0 || Date() >= deadline else { return }
-            for worker in self.workers { worker.stop() }
+            for worker in self.workers { worker.stop(cutting: "drain_timeout ran out") }
             self.control.stop()
         }
     }

@@ -187,8 +187,12 @@ final class Worker: @unchecked Sendable {
         }
     }
 
-    /// Ends the loop; whatever is still open is abandoned.
-    func stop() {
-        loop.stop()
+    /// Closes whatever is still open (a tunnel logs `reason` as why it ended), then ends the
+    /// loop once the closes have been carried out.
+    func stop(cutting reason: String) {
+        loop.post { [self] in
+            for connection in Array(connections.values) { connection.cut(reason) }
+            loop.stop()
+        }
     }
 }

@@ -7,6 +7,8 @@ chain to root A verifies only through the listed file, a chain to root B only th
 
 from __future__ import annotations
 
+import os
+
 import subprocess
 
 import pytest
@@ -28,6 +30,8 @@ SYSTEM_PLUS_A = '["system", "root-a.pem"]'
 def run_with_system(ws, *args) -> Result:
     """pinproxy with a "system" store that holds root B alone."""
     env = {"PATH": "/usr/bin:/bin", "SSL_CERT_FILE": str(ws.path("root-b.pem")), "SSL_CERT_DIR": str(ws.path("no-such-dir"))}
+    # Under scripts/test --sanitize, the sanitizer's settings (report files, suppressions) too.
+    env.update({k: v for k, v in os.environ.items() if k.endswith("SAN_OPTIONS")})
     argv = [str(ws.bin), *map(str, args)]
     p = subprocess.run(argv, cwd=ws.cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     return Result(p.returncode, p.stdout, p.stderr, argv)
