@@ -168,25 +168,25 @@ public final class BufferEvent {
         var watchdog: Timer?
         var lastLength = outputLength
         var lastProgress = loop.now
-        setWriteLowWatermark(0)
-        onWrite = { [self] in
-            if outputLength == 0 {
-                watchdog?.cancel()
-                close()
-            }
-        }
-        onEvent = { [self] _ in
+        // The watchdog's closure holds the variable that holds the watchdog: emptying it breaks
+        // that cycle, which would otherwise keep the timer and this object alive for good.
+        func finish() {
             watchdog?.cancel()
+            watchdog = nil
             close()
         }
+        setWriteLowWatermark(0)
+        onWrite = { [self] in
+            if outputLength == 0 { finish() }
+        }
+        onEvent = { _ in finish() }
         watchdog = Timer(loop: loop, after: 1, repeats: true) { [self] in
             let length = outputLength
             if length < lastLength {
                 lastLength = length
                 lastProgress = loop.now
             } else if loop.now - lastProgress >= Self.lingerTimeout {
-                watchdog?.cancel()
-                close()
+                finish()
             }
         }
         bufferevent_enable(handle, Int16(EV_WRITE))
