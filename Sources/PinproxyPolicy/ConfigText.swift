@@ -3,7 +3,8 @@
 /// invalid TOML anyway, both found by the config fuzz target (Fuzz/regressions/config/):
 /// - a raw control character (TOML allows none but tab and line breaks outside escapes);
 /// - a table header whose first key does not start with a key character or a quote (`[=]`,
-///   `[é]`, a `[` that ends its line).
+///   `[é]`, a `[` that ends its line);
+/// - a `}` where an array expects a value (`[}]`, `[1, }]`).
 /// U+0000 is left to `SourceIndex.nulLine`, which also finds it as an escape.
 enum ConfigText {
     /// The first such problem: its 1-based line and a message; nil when there is none.
@@ -13,8 +14,9 @@ enum ConfigText {
             let hex = String(byte, radix: 16, uppercase: true)
             return (line, "the config holds the control character U+\(String(repeating: "0", count: 4 - hex.count) + hex): TOML allows none but tab and line breaks (in a string, write an escape)")
         }
-        if let line = firstHeaderWithoutKey(bytes) {
-            return (line, "a table header must start with a key: a bare key (letters, digits, - and _) or a quoted one")
+        if let (line, headerWithoutKey) = firstBracketProblem(bytes) {
+            return (line, headerWithoutKey ? "a table header must start with a key: a bare key (letters, digits, - and _) or a quoted one"
+                                           : "an array holds } where a value should be")
         }
         return nil
     }
@@ -35,10 +37,11 @@ enum ConfigText {
     }
 
     /// The line of the first `[` or `[[` at the start of a line (outside multi-line strings)
-    /// that is not followed, after blanks, by a key character, a quote or `]`.
-    static func firstHeaderWithoutKey(_ bytes: [UInt8]) -> Int? {
+    /// that is not followed, after blanks, by a key character, a quote or `]` (true), or of the
+    /// first `}` right after an array's `[` or `,` (false).
+    static func firstBracketProblem(_ bytes: [UInt8]) -> (line: Int, headerWithoutKey: Bool)? {
         let quote = UInt8(ascii: "\""), apostrophe = UInt8(ascii: "'"), newline = UInt8(ascii: "\n")
-        let open = UInt8(ascii: "["), backslash = UInt8(ascii: "\\")
+        let bracket = UInt8(ascii: "["), backslash = UInt8(ascii: "\\")
         func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
         func isKeyStart(_ byte: UInt8) -> Bool {
             switch byte {
@@ -56,6 +59,8 @@ enum ConfigText {
         var index = 0
         var atLineStart = true
         var multiline: UInt8?  // the quote that closes the open multi-line string
+        var open: [UInt8] = []  // the brackets and braces open outside strings and comments
+        var previous: UInt8 = 0  // the last byte outside blanks, line breaks and comments
         while index < bytes.count {
             let byte = bytes[index]
             if byte == newline {
@@ -78,14 +83,25 @@ enum ConfigText {
             if atLineStart {
                 if isBlank(byte) { index += 1; continue }
                 atLineStart = false
-                if byte == open {
+                if byte == bracket, open.isEmpty {
                     var next = index + 1
-                    if next < bytes.count, bytes[next] == open { next += 1 }
+                    if next < bytes.count, bytes[next] == bracket { next += 1 }
                     while next < bytes.count, isBlank(bytes[next]) { next += 1 }
-                    if next == bytes.count || !isKeyStart(bytes[next]) { return line }
+                    if next == bytes.count || !isKeyStart(bytes[next]) { return (line, true) }
                 }
             }
+            let before = previous
+            if !isBlank(byte), byte != UInt8(ascii: "#"), byte != UInt8(ascii: "\r") { previous = byte }
             switch byte {
+            case bracket, UInt8(ascii: "{"):
+                open.append(byte)
+                index += 1
+            case UInt8(ascii: "]"), UInt8(ascii: "}"):
+                if byte == UInt8(ascii: "}"), open.last == bracket, before == bracket || before == UInt8(ascii: ",") {
+                    return (line, false)
+                }
+                if !open.isEmpty { open.removeLast() }
+                index += 1
             case UInt8(ascii: "#"):
                 while index < bytes.count, bytes[index] != newline { index += 1 }
             case quote, apostrophe:

@@ -36,6 +36,18 @@ final class ConfigTextTests: XCTestCase {
         }
     }
 
+    func testAnArrayWithABraceWhereAValueShouldBeIsRefused() {
+        let message = "an array holds } where a value should be"
+        for value in ["[}]", "[1, }]", "[[}]]", "[ # c\n }", "[\n}"] {
+            let line = 2 + value.filter { $0 == "\n" }.count  // the line of the }
+            XCTAssertEqual(diagnostics("[proxy]\nallow_ports = " + value + "\n"), ["c.toml:\(line): " + message], value.debugDescription)
+        }
+        // Nested arrays and inline tables are not table headers, and `{}` in an array is a value.
+        for text in ["a = [\n  [\n 1 ] ]\n", "a = [{}, { b = 1, }]\n", "a = { b = [1, 2] }\n"] {
+            XCTAssertFalse(diagnostics(text).contains { $0.contains(message) || $0.contains("table header must start") }, text.debugDescription)
+        }
+    }
+
     func testValidHeadersAndBracketsInStringsAndCommentsPass() {
         // (These may fail later for other reasons, never for the header check.)
         for text in ["[proxy]\n[ \"resolve\" ]\n[[x-y_z]]\n[ 'q' ]\n[]\n",

@@ -111,8 +111,8 @@ def test_reloads_under_load_cut_nothing_and_apply_the_newest_good_policy(make_pr
     p.assert_alive("after the reloads")
 
 
-@pytest.mark.parametrize("text", ["[=]\n", "[\n", "[\x1b]\n"],
-                         ids=["header-without-key", "bracket-ends-line", "control-character"])
+@pytest.mark.parametrize("text", ["[=]\n", "[\n", "[\x1b]\n", "x = [}]\n"],
+                         ids=["header-without-key", "bracket-ends-line", "control-character", "brace-in-array"])
 def test_reload_of_text_the_toml_parser_aborts_on_keeps_serving(make_proxy, pki, api_origin, text):
     """toml++ (under TOMLKit) aborted the process on these (found by the config fuzzer): a
     SIGHUP with such a file killed the daemon. Now it is a failed reload like any other."""
