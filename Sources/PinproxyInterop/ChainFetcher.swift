@@ -22,7 +22,7 @@ public enum ChainFetcher {
     /// given, completes a handshake without verifying, and returns the presented chain; if
     /// the handshake fails after the certificates arrived, returns them with the failure.
     public static func fetch(host: String, port: UInt16, serverName: String?, timeout: TimeInterval) throws -> Result {
-        let socket = try connect(host: host, port: port, timeout: timeout)
+        let socket = try BlockingTLSConnection.connect(host: host, port: port, timeout: timeout)
         defer { close(socket) }
         guard let context = SSL_CTX_new(TLS_client_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
         defer { SSL_CTX_free(context) }
@@ -59,30 +59,5 @@ public enum ChainFetcher {
             }
         }
         return chain
-    }
-
-    private static func connect(host: String, port: UInt16, timeout: TimeInterval) throws -> Int32 {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var list: UnsafeMutablePointer<addrinfo>?
-        let status = getaddrinfo(host, String(port), &hints, &list)
-        guard status == 0, let list else {
-            throw OpenSSLError(operation: "cannot resolve \(host)", messages: [String(cString: gai_strerror(status))])
-        }
-        defer { freeaddrinfo(list) }
-        var lastError = "no address"
-        var cursor: UnsafeMutablePointer<addrinfo>? = list
-        while let info = cursor {
-            cursor = info.pointee.ai_next
-            let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype, info.pointee.ai_protocol)
-            guard fd >= 0 else { continue }
-            var limit = timeval(tv_sec: Int(timeout), tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-            if Glibc.connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 { return fd }
-            lastError = String(cString: strerror(errno))
-            close(fd)
-        }
-        throw OpenSSLError(operation: "cannot connect to \(host):\(port)", messages: [lastError])
     }
 }
