@@ -141,6 +141,7 @@ final class Worker: @unchecked Sendable {
     func start(name: String) {
         let thread = Thread { [loop, finished] in
             loop.run()
+            OpenSSLLifetime.endThread()
             finished.signal()
         }
         thread.name = name

@@ -151,7 +151,10 @@ private final class Sink: @unchecked Sendable {
         self.checkCollector = checkCollector
         self.resolve = resolve
         self.log = log
-        let thread = Thread { [self] in self.run() }
+        let thread = Thread { [self] in
+            self.run()
+            OpenSSLLifetime.endThread()
+        }
         thread.name = "pinproxy-reports"
         thread.start()
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PinproxyInterop
 
 /// The `pinproxy` command: the daemon and the tools an operator uses to write and test a policy.
 @main
@@ -14,6 +15,7 @@ struct Pinproxy: ParsableCommand {
 
     /// Runs the command; usage errors exit 2, as every pinproxy command documents.
     static func main() {
+        OpenSSLLifetime.initialize()
         do {
             var command = try parseAsRoot()
             try command.run()

@@ -81,6 +81,9 @@ def refused_upstream(proxy, origin, host: str, reason: str) -> bool:
     """CONNECT that is refused after the upstream handshake; whether that handshake resumed."""
     before = len(origin.resumed)
     expect_refusal(proxy, host, origin.port, reason)
+    # The daemon refuses once its side of the handshake is done; the origin records its side
+    # on its own thread, possibly a moment later.
+    poll(lambda: len(origin.resumed) > before, what="the origin's record of the upstream handshake")
     assert len(origin.resumed) == before + 1, f"expected one upstream handshake, saw {origin.resumed[before:]}"
     return origin.resumed[-1]
 
