@@ -207,6 +207,62 @@ public final class BufferEvent {
         }
     }
 
+    /// Hands this TLS connection, its handshake done, to a `TLSRelay`: the socket, the SSL, and
+    /// what libevent had read but not delivered (plaintext, and for a TLS filter encrypted bytes
+    /// the SSL has not seen) or not yet sent. The buffer events are freed and this object is
+    /// closed. Call it outside libevent's callbacks for this buffer event (from `EventLoop.post`).
+    public func takeTLSEndpoint() -> TLSEndpoint? {
+        guard let handle, let ssl = ownedSSL else { return nil }
+        let plaintext = Self.removeAll(from: bufferevent_get_input(handle))
+        var socket = ownedSocket
+        var encryptedInput: [UInt8] = []
+        var encryptedOutput: [UInt8] = []
+        let plain = underlying?.handle
+        if let plain {
+            encryptedInput = Self.removeAll(from: bufferevent_get_input(plain))
+            encryptedOutput = Self.removeAll(from: bufferevent_get_output(plain))
+            socket = bufferevent_getfd(plain)
+            // The plain buffer event closes its socket when freed (BEV_OPT_CLOSE_ON_FREE),
+            // unless it no longer has one.
+            _ = bufferevent_setfd(plain, -1)
+            // The filter's BIOs read and write libevent's buffers; the relay gives the SSL its
+            // socket instead.
+            SSL_set_bio(ssl, nil, nil)
+        }
+        _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
+        SSL_set_msg_callback(ssl, nil)
+        self.handle = nil
+        onRead = nil
+        onWrite = nil
+        onEvent = nil
+        onRenegotiationAttempt = nil
+        renegotiationNotice = nil
+        ownedSSL = nil
+        ownedSocket = -1
+        // Neither frees the SSL or closes the socket: the filter and the upstream's buffer
+        // event were made without BEV_OPT_CLOSE_ON_FREE, and the plain one has no socket now.
+        bufferevent_free(handle)
+        if let underlying, let plain {
+            underlying.handle = nil
+            underlying.onRead = nil
+            underlying.onWrite = nil
+            underlying.onEvent = nil
+            bufferevent_free(plain)
+        }
+        underlying = nil
+        return TLSEndpoint(socket: socket, ssl: ssl, plaintext: plaintext, encryptedInput: encryptedInput,
+                           encryptedOutput: encryptedOutput, holdsSessionSlot: plain == nil)
+    }
+
+    private static func removeAll(from buffer: OpaquePointer?) -> [UInt8] {
+        guard let buffer else { return [] }
+        let count = evbuffer_get_length(buffer)
+        guard count > 0 else { return [] }
+        var bytes = [UInt8](repeating: 0, count: count)
+        _ = evbuffer_remove(buffer, &bytes, count)
+        return bytes
+    }
+
     /// Closes at once, without lingering for bytes not yet sent: for a daemon that is stopping,
     /// whose loop will not run long enough to send them.
     public func abort() {
@@ -460,7 +516,7 @@ public struct TLSFailure: Sendable, CustomStringConvertible {
 }
 
 /// Releases the session slot an upstream SSL holds in its app data, once.
-private func releaseSessionSlot(_ ssl: OpaquePointer) {
+func releaseSessionSlot(_ ssl: OpaquePointer) {
     guard let data = pp_SSL_get_app_data(ssl) else { return }
     _ = pp_SSL_set_app_data(ssl, nil)
     Unmanaged<SessionSlot>.fromOpaque(data).release()

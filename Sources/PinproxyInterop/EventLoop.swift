@@ -16,6 +16,16 @@ public final class EventLoop: @unchecked Sendable {
     /// The DNS resolver of this loop, created on first use (reads resolv.conf and /etc/hosts
     /// once, then resolves without blocking).
     public private(set) lazy var dns = DNSResolver(loop: self)
+    private var scratch: UnsafeMutableRawPointer?
+
+    /// Where this loop's relays decrypt a record before encrypting it for the other side
+    /// (`TLSRelay`): one buffer per loop, not one per tunnel.
+    var relayScratch: UnsafeMutableRawPointer {
+        if let scratch { return scratch }
+        let allocated = UnsafeMutableRawPointer.allocate(byteCount: Self.relayScratchBytes, alignment: 16)
+        scratch = allocated
+        return allocated
+    }
 
     private static let threadingEnabled: Bool = {
         evthread_use_pthreads() == 0
@@ -33,6 +43,7 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     deinit {
+        scratch?.deallocate()
         event_free(wakeup)
         dnsIfCreated?.close()
         event_base_free(base)

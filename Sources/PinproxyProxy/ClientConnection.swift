@@ -35,10 +35,11 @@ final class ClientConnection {
         /// ClientHello (kept buffered) to learn its ALPN offer. The timer is the client's
         /// `handshake_timeout`, which runs on into `clientHandshake`.
         case readingClientHello(Tunnel, ClientHelloReader, timer: LoopTimer)
-        /// The client's TLS handshake, within `handshake_timeout`.
+        /// The client's TLS handshake, within `handshake_timeout`. Once it is done, the timer
+        /// is the relay's start on the loop's next pass (`startRelay`).
         case clientHandshake(Tunnel, timer: LoopTimer)
-        /// Bytes both ways; the timer checks `idle_timeout`.
-        case relaying(Tunnel, idleCheck: LoopTimer)
+        /// Bytes both ways, moved by the relay; the timer checks `idle_timeout`.
+        case relaying(Tunnel, TLSRelay, idleCheck: LoopTimer)
         /// A refusal is being sent; the connection closes once it is (at most `refusalGrace`).
         case refusing(grace: LoopTimer)
         /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
@@ -147,9 +148,8 @@ final class ClientConnection {
         var lastActivity: TimeInterval = 0
         var bytesUp = 0
         var bytesDown = 0
-        /// Directions whose source has stopped sending, and those whose sink has been told so.
+        /// Directions whose source has stopped sending (and whose sink has been told so).
         var ended: Set<Direction> = []
-        var shutDown: Set<Direction> = []
         var closeReason = ""
 
         init(destination: Destination, upstream: Upstream, verdict: Verdict) {
@@ -165,7 +165,7 @@ final class ClientConnection {
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
-    /// top of it.
+    /// top of it, until the relay takes the connection over.
     var clientSide: BufferEvent
     /// `.closed` until `start`.
     var state: State = .closed
@@ -304,7 +304,7 @@ final class ClientConnection {
     /// The daemon is stopping: the connection is closed whatever its state; an open tunnel's
     /// closing line says `reason`.
     func cut(_ reason: String) {
-        if case .relaying(let tunnel, _) = state { tunnel.closeReason = reason }
+        if case .relaying(let tunnel, _, _) = state { tunnel.closeReason = reason }
         // Nothing lingers: the loop stops right after.
         clientSide.abort()
         close()
@@ -322,8 +322,8 @@ final class ClientConnection {
             upstream.connection.close()
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
             tunnel.upstream.connection.close()
-        case .relaying(let tunnel, _):
-            tunnel.upstream.connection.close()
+        case .relaying(let tunnel, let relay, _):
+            relay.close()
             let destination = tunnel.destination
             worker.shared.tunnelClosed()
             worker.shared.log.emit(.info, "tunnel-closed", [
@@ -348,7 +348,7 @@ final class ClientConnection {
         case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
              .checkingCommand(let destination, _, _, _, _):
             return (destination.host, destination.port, destination.entry)
-        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _):
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
             return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)
         case .refusingInTLS(let subject, _):
             return subject

@@ -68,7 +68,7 @@ extension ClientConnection {
             }
             return close()
         }
-        relay(tunnel)
+        startRelay(tunnel)
     }
 
     /// The client's `handshake_timeout` (from the 200, or from the reopened upstream's
