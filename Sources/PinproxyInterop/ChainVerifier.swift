@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import Synchronization
 
 /// One problem OpenSSL found while building and verifying a chain.
 public struct ChainProblem: Sendable, Hashable, CustomStringConvertible {
@@ -71,11 +72,29 @@ extension TrustStore {
     /// the first path OpenSSL verifies without a problem wins. Every path tried is verified in
     /// full, so leaving candidates out can only find another valid path, never accept an
     /// invalid one. When none verifies, the first path's problems are reported.
+    ///
+    /// A chain that verified is remembered (`VerifiedChains`) for the same certificates and
+    /// CRLs, and given again while the time stays within every certificate's and CRL's
+    /// validity: a resumed connection presents its server's chain again, and X509_verify_cert
+    /// would repeat the same signature checks with the same outcome.
     public func verify(
         leaf: Certificate,
         intermediates: [Certificate],
         at time: Date,
         crls: [RevocationList]? = nil
+    ) -> ChainVerification {
+        let key = VerifiedChains.Key(leaf: leaf, intermediates: intermediates, crls: crls)
+        if let known = verifiedChains.result(for: key, at: time) { return known }
+        let result = verifyUncached(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
+        if result.isVerified { verifiedChains.remember(result, for: key, crls: crls ?? [], at: time) }
+        return result
+    }
+
+    private func verifyUncached(
+        leaf: Certificate,
+        intermediates: [Certificate],
+        at time: Date,
+        crls: [RevocationList]?
     ) -> ChainVerification {
         let first = verifyOnePath(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
         guard !first.isVerified else { return first }
@@ -200,5 +219,67 @@ private final class ProblemCollector {
 
     func add(_ problem: ChainProblem) {
         if !problems.contains(problem) { problems.append(problem) }
+    }
+}
+
+/// The chains one `TrustStore` has verified, so that the same chain (a resumed connection's,
+/// or the next client's of the same server) is not verified again while nothing that decided
+/// it has changed. Keyed by the SHA-256 of every presented certificate, in order, and of every
+/// CRL; an entry answers only while the time is strictly inside every certificate's validity
+/// and every CRL's update window, and for `lifetime` at most. Only verified chains are kept:
+/// a failure is always worked out afresh, with all its problems. A reload builds new stores,
+/// and so starts empty.
+final class VerifiedChains: Sendable {
+    struct Key: Hashable, Sendable {
+        let certificates: [[UInt8]]
+        let crls: [[UInt8]]?
+
+        init(leaf: Certificate, intermediates: [Certificate], crls: [RevocationList]?) {
+            certificates = ([leaf] + intermediates).map(\.certificateSHA256)
+            self.crls = crls?.map(\.sha256)
+        }
+    }
+
+    private struct Entry: Sendable {
+        let result: ChainVerification
+        /// The validation second must be after this and before `validUntil`.
+        let validAfter: Date
+        let validUntil: Date
+        let expires: TimeInterval
+    }
+
+    private let entries = Mutex<[Key: Entry]>([:])
+    /// Entries per store; when full, the store forgets them all and starts again.
+    static let capacity = 1024
+    /// How long an entry answers at most (monotonic seconds).
+    static let lifetime: TimeInterval = 300
+
+    func result(for key: Key, at time: Date) -> ChainVerification? {
+        let second = Date(timeIntervalSince1970: time.timeIntervalSince1970.rounded(.down))
+        let now = ProcessLimits.monotonicSeconds()
+        return entries.withLock { entries -> ChainVerification? in
+            guard let entry = entries[key] else { return nil }
+            guard now < entry.expires else {
+                entries[key] = nil
+                return nil
+            }
+            return entry.validAfter < second && second < entry.validUntil ? entry.result : nil
+        }
+    }
+
+    func remember(_ result: ChainVerification, for key: Key, crls: [RevocationList], at time: Date) {
+        let presented = result.chain
+        var validAfter = presented.map(\.notBefore).max() ?? .distantFuture
+        var validUntil = presented.map(\.notAfter).min() ?? .distantPast
+        for crl in crls {
+            validAfter = max(validAfter, crl.lastUpdate ?? .distantFuture)
+            validUntil = min(validUntil, crl.nextUpdate ?? validUntil)
+        }
+        let entry = Entry(result: result, validAfter: validAfter, validUntil: validUntil,
+                          expires: ProcessLimits.monotonicSeconds() + Self.lifetime)
+        entries.withLock { entries in
+            if entries.count >= Self.capacity { entries.removeAll() }
+            entries[key] = entry
+        }
     }
 }

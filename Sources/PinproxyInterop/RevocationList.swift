@@ -6,9 +6,20 @@ import CPinproxyShims
 /// A certificate revocation list: owns one OpenSSL `X509_CRL`.
 public final class RevocationList: @unchecked Sendable {
     let handle: OpaquePointer
+    /// SHA-256 of the DER encoding: the CRL's identity in `VerifiedChains`.
+    let sha256: [UInt8]
 
     init(taking handle: OpaquePointer) {
         self.handle = handle
+        var der: UnsafeMutablePointer<UInt8>?
+        let length = i2d_X509_CRL(handle, &der)
+        if length > 0, let der {
+            sha256 = SHA256.hash(Array(UnsafeBufferPointer(start: der, count: Int(length))))
+            pp_OPENSSL_free(der)
+        } else {
+            // Not a digest, and unique to this object: its chains are never confused with others'.
+            sha256 = Array(UUID().uuidString.utf8)
+        }
     }
 
     deinit {
@@ -53,6 +64,9 @@ public final class RevocationList: @unchecked Sendable {
 
     /// When the next CRL is due; nil when the CRL gives none.
     public var nextUpdate: Date? { date(from: X509_CRL_get0_nextUpdate(handle)) }
+
+    /// When the CRL was issued (its thisUpdate).
+    public var lastUpdate: Date? { date(from: X509_CRL_get0_lastUpdate(handle)) }
 
     /// Whether the CRL carries the cRLNumber extension (RFC 5280 5.2.3: conforming issuers MUST).
     public var hasCRLNumber: Bool { X509_CRL_get_ext_by_NID(handle, NID_crl_number, -1) >= 0 }

@@ -14,49 +14,37 @@ public struct AccessLog: Sendable {
         case address, config, error, entries, warning
     }
 
-    private let logger: Logger
+    private let format: ProxySettings.LogFormat
+    private let prefixer: SyslogPrefixer
 
     /// A log writing `format` lines to stderr.
     public init(format: ProxySettings.LogFormat) {
-        let prefixer = SyslogPrefixer.detect()
-        logger = Logger(label: "pinproxy") { _ in LineLogHandler(format: format, prefixer: prefixer) }
+        self.format = format
+        prefixer = SyslogPrefixer.detect()
     }
 
-    /// Writes one event line.
+    /// Writes one event line: time, level and event first, then `fields` in `Field` order (a
+    /// field given twice keeps its last value).
     public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)]) {
-        var metadata: Logger.Metadata = [:]
-        for (field, value) in fields { metadata[field.rawValue] = .string(value) }
-        logger.log(level: level, Logger.Message(stringLiteral: event), metadata: metadata)
-    }
-}
-
-/// Formats swift-log records as single logfmt or JSON lines and writes each with one write.
-/// Under journald each line starts with its syslog priority: `<6>` allowed connections and
-/// lifecycle, `<4>` refusals and report-only, `<3>` daemon errors.
-struct LineLogHandler: LogHandler {
-    let format: ProxySettings.LogFormat
-    let prefixer: SyslogPrefixer
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .info
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        var fields: [(String, String)] = [("time", rfc3339Milliseconds(Date())), ("level", Self.levelName(event.level)), ("event", event.message.description)]
-        let values = metadata.merging(event.metadata ?? [:]) { $1 }
-        let rank = Self.fieldRank
-        for key in values.keys.sorted(by: { (rank[$0] ?? rank.count, $0) < (rank[$1] ?? rank.count, $1) }) {
-            fields.append((key, "\(values[key]!)"))
+        var values = [String?](repeating: nil, count: Field.allCases.count)
+        for (field, value) in fields { values[Self.rank[field]!] = value }
+        var line: [(String, String)] = [("time", rfc3339Milliseconds(Date())), ("level", LineFormat.levelName(level)), ("event", event)]
+        line.reserveCapacity(3 + fields.count)
+        for (index, value) in values.enumerated() {
+            if let value { line.append((Field.allCases[index].rawValue, value)) }
         }
-        StandardError.writeLine(prefixer.format(format == .json ? Self.json(fields) : Self.logfmt(fields), priority: Self.priority(event.level)))
+        let text = format == .json ? LineFormat.json(line) : LineFormat.logfmt(line)
+        StandardError.writeLine(prefixer.format(text, priority: LineFormat.priority(level)))
     }
 
     /// Each field's position in a line.
-    static let fieldRank = Dictionary(uniqueKeysWithValues: AccessLog.Field.allCases.enumerated().map { ($0.element.rawValue, $0.offset) })
+    private static let rank = Dictionary(uniqueKeysWithValues: Field.allCases.enumerated().map { ($0.element, $0.offset) })
+}
 
+/// Formats an event as one logfmt or JSON line. Under journald each line starts with its
+/// syslog priority: `<6>` allowed connections and lifecycle, `<4>` refusals and report-only,
+/// `<3>` daemon errors.
+enum LineFormat {
     static func levelName(_ level: Logger.Level) -> String {
         switch level {
         case .trace, .debug: return "debug"
@@ -77,18 +65,44 @@ struct LineLogHandler: LogHandler {
     }
 
     static func logfmt(_ fields: [(String, String)]) -> String {
-        fields.map { key, value in
-            let bare = !value.isEmpty && value.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F && $0 != "\"" && $0 != "=" && $0 != "\\" }
-            return bare ? "\(key)=\(value)" : "\(key)=\"\(escape(value))\""
-        }.joined(separator: " ")
+        var line = ""
+        line.reserveCapacity(256)
+        for (index, (key, value)) in fields.enumerated() {
+            if index > 0 { line += " " }
+            line += key
+            line += "="
+            if !value.isEmpty && value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "=") && $0 != UInt8(ascii: "\\") }) {
+                line += value
+            } else {
+                line += "\""
+                appendEscaped(value, to: &line)
+                line += "\""
+            }
+        }
+        return line
     }
 
     static func json(_ fields: [(String, String)]) -> String {
-        "{" + fields.map { "\"\($0.0)\":\"\(escape($0.1))\"" }.joined(separator: ",") + "}"
+        var line = "{"
+        line.reserveCapacity(256)
+        for (index, (key, value)) in fields.enumerated() {
+            if index > 0 { line += "," }
+            line += "\""
+            line += key
+            line += "\":\""
+            appendEscaped(value, to: &line)
+            line += "\""
+        }
+        return line + "}"
     }
 
-    static func escape(_ value: String) -> String {
-        var result = ""
+    /// Appends `value` with quotes, backslashes and line breaks escaped.
+    static func appendEscaped(_ value: String, to result: inout String) {
+        // Printable ASCII without a quote or backslash, the usual case: as it is.
+        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            result += value
+            return
+        }
         for scalar in value.unicodeScalars {
             switch scalar {
             case "\"": result += "\\\""
@@ -111,13 +125,34 @@ struct LineLogHandler: LogHandler {
                 }
             }
         }
-        return result
     }
 }
 
-/// `2026-01-31T12:00:00.123Z`.
+/// `2026-01-31T12:00:00.123Z` (UTC, milliseconds truncated).
 func rfc3339Milliseconds(_ date: Date) -> String {
-    timestampStyle.format(date)
+    let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+    var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    var text = ""
+    text.reserveCapacity(24)
+    func append(_ value: Int32, digits: Int) {
+        var digitsText = String(value)
+        while digitsText.count < digits { digitsText = "0" + digitsText }
+        text += digitsText
+    }
+    append(parts.tm_year + 1900, digits: 4)
+    text += "-"
+    append(parts.tm_mon + 1, digits: 2)
+    text += "-"
+    append(parts.tm_mday, digits: 2)
+    text += "T"
+    append(parts.tm_hour, digits: 2)
+    text += ":"
+    append(parts.tm_min, digits: 2)
+    text += ":"
+    append(parts.tm_sec, digits: 2)
+    text += "."
+    append(Int32(((milliseconds % 1000) + 1000) % 1000), digits: 3)
+    return text + "Z"
 }
-
-private let timestampStyle = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
