@@ -88,7 +88,9 @@ public struct ProxySettings: Sendable {
     /// Open client connections at most; further ones are closed at accept. nil: as many as
     /// the open-file limit allows (two descriptors per tunnel).
     public var maxConnections: Int?
-    /// Bytes buffered per direction of a tunnel before reading pauses (backpressure).
+    /// Bytes buffered per direction of a tunnel before reading pauses (backpressure). The relay
+    /// holds at most one TLS record's plaintext (16 KiB) per direction, or this if smaller; it
+    /// also bounds what is queued for a client during its handshake or an in-TLS refusal.
     public var relayBufferBytes = 256 * 1024
 
     public init() {}
