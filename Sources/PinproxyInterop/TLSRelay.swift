@@ -258,7 +258,7 @@ public final class TLSRelay {
     private func pump(_ direction: Direction) {
         let source = source(of: direction)
         guard !isClosed, !flows[index(direction)].ended, !flows[index(direction)].hasPending, source.isReading,
-              source.rawOutput.isEmpty else { return }
+              !source.readWaitsForWrite, source.rawOutput.isEmpty else { return }
         let scratch = loop.relayScratch
         for _ in 0..<Self.recordsPerPass {
             let count = SSL_read(source.ssl, scratch, Int32(readLimit))
@@ -336,7 +336,9 @@ public final class TLSRelay {
         }
         flows[index(direction)] = Flow()  // the buffer is released
         if !sink.readWaitsForWrite && !sink.closeNotifyPending { setWaitingToWrite(sink, false) }
-        setReading(source(of: direction), true)
+        let source = source(of: direction)
+        guard !source.readWaitsForWrite else { return }  // its own write event resumes it
+        setReading(source, true)
         pump(direction)
     }
 
