@@ -174,12 +174,7 @@ public final class BufferEvent {
     /// a TLS filter's socket stays open until its last bytes are sent (at most `lingerTimeout`).
     public func close() {
         guard let handle else { return }
-        self.handle = nil
-        onRead = nil
-        onWrite = nil
-        onEvent = nil
-        onRenegotiationAttempt = nil
-        renegotiationNotice = nil
+        forgetHandle()
         lingerWatchdog?.cancel()
         lingerWatchdog = nil
         if let ssl = ownedSSL {
@@ -231,27 +226,29 @@ public final class BufferEvent {
         }
         _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
         SSL_set_msg_callback(ssl, nil)
-        self.handle = nil
-        onRead = nil
-        onWrite = nil
-        onEvent = nil
-        onRenegotiationAttempt = nil
-        renegotiationNotice = nil
+        forgetHandle()
         ownedSSL = nil
         ownedSocket = -1
         // Neither frees the SSL or closes the socket: the filter and the upstream's buffer
         // event were made without BEV_OPT_CLOSE_ON_FREE, and the plain one has no socket now.
         bufferevent_free(handle)
         if let underlying, let plain {
-            underlying.handle = nil
-            underlying.onRead = nil
-            underlying.onWrite = nil
-            underlying.onEvent = nil
+            underlying.forgetHandle()
             bufferevent_free(plain)
         }
         underlying = nil
         return TLSEndpoint(socket: socket, ssl: ssl, plaintext: plaintext, encryptedInput: encryptedInput,
                            encryptedOutput: encryptedOutput, holdsSessionSlot: plain == nil)
+    }
+
+    /// Drops the buffer event (the caller frees it) and every callback that could reach this object.
+    private func forgetHandle() {
+        handle = nil
+        onRead = nil
+        onWrite = nil
+        onEvent = nil
+        onRenegotiationAttempt = nil
+        renegotiationNotice = nil
     }
 
     private static func removeAll(from buffer: OpaquePointer?) -> [UInt8] {

@@ -56,45 +56,38 @@ def read_response(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryB
             return body
 
 
-def request(path: str) -> bytes:
-    return f"GET {path} HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n".encode()
+def request(path: str, close: bool = False) -> bytes:
+    headers = f"Host: {API}\r\n" + ("Connection: close\r\n" if close else "")
+    return f"GET {path} HTTP/1.1\r\n{headers}\r\n".encode()
+
+
+def send_with_finished(make_proxy, origins, pki, requests: list[bytes]) -> bytes:
+    """A tunnel whose client sends `requests`, one TLS record each, in the same write as its
+    Finished message; everything the upstream answers, until it closes."""
+    p = start(make_proxy, origins, pki)
+    c = connect(p.port, API, origins.api.port)
+    sock = c.sock
+    sock.settimeout(TIMEOUT)
+    try:
+        tls, incoming, outgoing = handshake_holding_finished(sock, p.client_context())
+        for each in requests:
+            tls.write(each)
+        sock.sendall(outgoing.read())
+        response = read_response(sock, tls, incoming)
+    finally:
+        sock.close()
+    p.assert_alive()
+    return response
 
 
 def test_a_request_sent_with_the_finished_message_is_relayed(make_proxy, origins, pki):
-    p = start(make_proxy, origins, pki)
-    c = connect(p.port, API, origins.api.port)
-    sock = c.sock
-    sock.settimeout(TIMEOUT)
-    try:
-        tls, incoming, outgoing = handshake_holding_finished(sock, p.client_context())
-        tls.write(request("/small"))
-        # The Finished message and the request leave in one write, so they arrive together.
-        sock.sendall(outgoing.read())
-        response = read_response(sock, tls, incoming)
-    finally:
-        sock.close()
+    response = send_with_finished(make_proxy, origins, pki, [request("/small", close=True)])
     assert response.startswith(b"HTTP/1.1 200"), response[:200]
     assert response.endswith(originlib.SMALL_BODY)
-    p.assert_alive()
 
 
 def test_several_requests_sent_with_the_finished_message_arrive_in_order(make_proxy, origins, pki):
-    p = start(make_proxy, origins, pki)
-    c = connect(p.port, API, origins.api.port)
-    sock = c.sock
-    sock.settimeout(TIMEOUT)
-    try:
-        tls, incoming, outgoing = handshake_holding_finished(sock, p.client_context())
-        # Four pipelined requests in four TLS records, all in the first write after the
-        # handshake: the last one asks the origin to close.
-        for path in ("/small", "/small", "/small"):
-            tls.write(f"GET {path} HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
-        tls.write(request("/small"))
-        sock.sendall(outgoing.read())
-        response = read_response(sock, tls, incoming)
-    finally:
-        sock.close()
+    # Four pipelined requests in four records; the last asks the origin to close.
+    response = send_with_finished(make_proxy, origins, pki, [request("/small")] * 3 + [request("/small", close=True)])
     assert response.count(b"HTTP/1.1 200") == 4, response[:400]
     assert response.count(originlib.SMALL_BODY) == 4
-    p.assert_alive()
-
