@@ -1,7 +1,6 @@
 import Glibc
 import Foundation
 import CLibevent
-import Synchronization
 
 /// What an admin route answers.
 public struct AdminHTTPResponse: Sendable, Equatable {
@@ -324,7 +323,7 @@ extension AdminHTTPServer {
         /// Gates (their addresses) by listener, for the error callback, whose context pointer
         /// is evhttp's. A gate is listed from `watchAcceptErrors` to `serverFreed`, while its
         /// server, which retains it, lives.
-        private static let byListener = Mutex<[UInt: UInt]>([:])
+        private static let byListener = Locked<[UInt: UInt]>([:])
 
         private func acceptFailed(_ reason: String) {
             guard pause == nil else { return }

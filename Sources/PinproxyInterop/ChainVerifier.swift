@@ -2,7 +2,6 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
-import Synchronization
 
 /// One problem OpenSSL found while building and verifying a chain.
 public struct ChainProblem: Sendable, Hashable, CustomStringConvertible {
@@ -248,7 +247,7 @@ final class VerifiedChains: Sendable {
         let expires: TimeInterval
     }
 
-    private let entries = Mutex<[Key: Entry]>([:])
+    private let entries = Locked<[Key: Entry]>([:])
     /// Entries per store; when full, the store forgets them all and starts again.
     static let capacity = 1024
     /// How long an entry answers at most (monotonic seconds).

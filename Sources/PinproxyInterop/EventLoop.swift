@@ -3,7 +3,6 @@ import Foundation
 import COpenSSL
 import CLibevent
 import CPinproxyShims
-import Synchronization
 
 /// One libevent `event_base`, run by one thread. Objects created on a loop (timers, buffer
 /// events, listeners, DNS) must be used on that loop's thread only; `post` is the one
@@ -171,7 +170,7 @@ public enum EventLibraryLog {
         case debug, info, warning, error
     }
 
-    private static let handler = Mutex<(@Sendable (Severity, String) -> Void)?>(nil)
+    private static let handler = Locked<(@Sendable (Severity, String) -> Void)?>(nil)
 
     /// Sends every libevent diagnostic to `handler` (process-wide).
     public static func route(to handler: @escaping @Sendable (Severity, String) -> Void) {

@@ -2,13 +2,12 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
-import Synchronization
 
 /// Upstream TLS sessions kept for resumption, keyed by the caller (pinproxy keys them by
 /// policy fingerprint, host and port). A session enters only through `admit`, i.e. after
 /// its connection passed the verdict. Thread-safe; bounded.
 public final class TLSSessionCache: Sendable {
-    private let sessions = Mutex<[String: StoredSession]>([:])
+    private let sessions = Locked<[String: StoredSession]>([:])
     private let limit: Int
 
     public init(limit: Int = 10_000) {

@@ -1,6 +1,5 @@
 import Foundation
 import PinproxyInterop
-import Synchronization
 
 /// The policy one `[default]` or `[hosts."PATTERN"]` entry applies, fully loaded: pins
 /// parsed, pinned certificates, anchors and CRLs read. It fails closed by construction: it is
@@ -174,7 +173,7 @@ public final class PolicyEntry: Sendable {
     /// The line of the entry's table header (0 when the config did not write it).
     public let line: Int
     public let policy: HostPolicy
-    private let cachedFingerprint = Mutex<String?>(nil)
+    private let cachedFingerprint = Locked<String?>(nil)
 
     public init(pattern: HostPattern?, name: String, line: Int, policy: HostPolicy) {
         self.pattern = pattern

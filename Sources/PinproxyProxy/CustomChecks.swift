@@ -2,7 +2,6 @@ import Dispatch
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
-import Synchronization
 
 /// Runs entries' `verify_command`s for the workers: never on an event loop. At most
 /// `concurrency` commands run at once, at most `queueLimit` wait (more are refused at once as
@@ -21,7 +20,7 @@ public final class CustomChecks: Sendable {
         var waiting = 0
     }
 
-    private let state = Mutex<State>(State())
+    private let state = Locked<State>(State())
     private let slots: DispatchSemaphore
     private let queue = DispatchQueue(label: "pinproxy.verify-command", attributes: .concurrent)
     private let queueLimit: Int

@@ -1,7 +1,6 @@
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
-import Synchronization
 
 /// The local interception CA: an ECDSA P-256 key and self-signed certificate kept in
 /// `ca_dir` (directory 0700, key 0600), created on first start and stable across restarts.
@@ -14,7 +13,7 @@ public final class LocalCA: Sendable {
     /// What the operator should know about this CA (one opened without a serverAuth EKU).
     public let warnings: [String]
     private let key: PrivateKey
-    private let minted = Mutex<[TargetHost: MintedLeaf]>([:])
+    private let minted = Locked<[TargetHost: MintedLeaf]>([:])
 
     /// A minted leaf and its key.
     public struct MintedLeaf: Sendable {

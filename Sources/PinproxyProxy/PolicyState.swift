@@ -1,13 +1,13 @@
 import PinproxyPolicy
-import Synchronization
+import PinproxyInterop
 
 /// The config every event loop reads: one immutable snapshot, swapped whole on reload.
 /// A connection takes the snapshot once, at accept, and keeps it to the end.
 public final class PolicyState: Sendable {
-    private let current: Mutex<Config>
+    private let current: Locked<Config>
 
     public init(_ config: Config) {
-        current = Mutex(config)
+        current = Locked(config)
     }
 
     /// The snapshot new connections use.

@@ -2,7 +2,6 @@ import Foundation
 import PinproxyInterop
 import PinproxyPolicy
 import Prometheus
-import Synchronization
 
 /// A pin-failure report: the fields of RFC 7469 §3 (HPKP's report-uri format) plus pinproxy's
 /// reason, entry, detail and whether the connection was refused or only reported.
@@ -52,7 +51,7 @@ public final class PinFailureReporter: Sendable {
     public typealias LogLine = @Sendable (_ warning: Bool, _ detail: String) -> Void
 
     private let sinks: [Sink]
-    private let limiter = Mutex<RateLimiter>(RateLimiter())
+    private let limiter = Locked<RateLimiter>(RateLimiter())
     private let perHostPerMinute: Int
     private let dropped: Counter
     private let queued: Counter
@@ -131,7 +130,7 @@ private final class Sink: @unchecked Sendable {
     private let checkCollector: PinFailureReporter.CollectorCheck
     private let resolve: PinFailureReporter.Resolver
     private let log: PinFailureReporter.LogLine
-    private let state = Mutex<State>(State())
+    private let state = Locked<State>(State())
     private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
 

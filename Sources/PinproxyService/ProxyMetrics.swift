@@ -2,7 +2,6 @@ import Foundation
 import PinproxyInterop
 import PinproxyPolicy
 import Prometheus
-import Synchronization
 
 /// The daemon's Prometheus metrics, exposed on `/metrics` when `metrics_listen` is set.
 ///
@@ -27,7 +26,7 @@ import Synchronization
 /// Thread safety: every method may be called from any thread at any time, concurrently — the
 /// daemon's event loops each call it. swift-prometheus's registry, `Counter`, `Gauge` and
 /// `Histogram` are `Sendable` and lock or use atomics internally; the one piece of state this
-/// class adds (the pin-expiry gauges by pattern) is behind a `Mutex`.
+/// class adds (the pin-expiry gauges by pattern) is behind a `Locked`.
 public final class ProxyMetrics: Sendable {
     /// What happened to one client connection.
     public enum ConnectionOutcome: String, Sendable, CaseIterable {
@@ -51,12 +50,12 @@ public final class ProxyMetrics: Sendable {
     private let bytesToClient: Counter
     private let handshakeSeconds: ValueHistogram
     private let verificationSeconds: ValueHistogram
-    private let pinExpiryGauges = Mutex<[String: Gauge]>([:])
+    private let pinExpiryGauges = Locked<[String: Gauge]>([:])
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
-    private let outcomeCounters = Mutex<[CounterKey: Counter]>([:])
-    private let refusalCounters = Mutex<[RefusalKey: Counter]>([:])
+    private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
+    private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
     private struct CounterKey: Hashable {
         let outcome: ConnectionOutcome
