@@ -115,7 +115,8 @@ def test_client_that_does_not_trust_the_ca_fails_its_handshake(proxy, origins):
 
 
 def test_client_silent_after_the_handshake_is_closed(make_proxy, origins):
-    p = make_proxy(proxy={"allow_ports": [origins.api.port], "refusal": "in-tls", "handshake_timeout": 1},
+    # The timeout covers the handshake too: 3 s leaves room for a sanitizer build's.
+    p = make_proxy(proxy={"allow_ports": [origins.api.port], "refusal": "in-tls", "handshake_timeout": 3},
                    hosts={API: {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]}})
     c = connect(p.port, API, origins.api.port)
     tls = p.client_context().wrap_socket(c.sock, server_hostname=API)
