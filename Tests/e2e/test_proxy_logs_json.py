@@ -8,7 +8,9 @@ lines are compared key for key.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 
 import pytest
 
@@ -83,6 +85,29 @@ def test_every_stderr_line_is_a_json_object(pair):
             raise AssertionError(f"not JSON: {l!r} ({e})") from None
         assert isinstance(obj, dict), l
         assert "event" in obj, l
+
+
+TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+# The order lines print their fields in (`AccessLog.Field`): time, level and event first, then the rest.
+FIELD_ORDER = ["time", "level", "event", "client", "host", "port", "entry", "outcome", "reason", "status", "alpn",
+               "detail", "chain", "bytes_up", "bytes_down", "duration", "address", "config", "error", "entries", "warning"]
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_every_line_starts_with_a_utc_millisecond_time_and_keeps_the_field_order(pair, fmt):
+    made, _ports = pair
+    now = dt.datetime.now(dt.timezone.utc)
+    lines = [l for l in made[fmt].raw_lines() if l.strip()]
+    assert lines, f"the {fmt} daemon logged nothing"
+    for raw in lines:
+        fields = list(json.loads(raw)) if fmt == "json" else list(parse_logfmt(raw))
+        assert fields[:3] == ["time", "level", "event"], raw
+        known = [f for f in fields if f in FIELD_ORDER]
+        assert known == sorted(known, key=FIELD_ORDER.index), raw
+        time = json.loads(raw)["time"] if fmt == "json" else parse_logfmt(raw)["time"]
+        assert TIMESTAMP.fullmatch(time), raw
+        logged = dt.datetime.strptime(time, "%Y-%m-%dT%H:%M:%S.%f%z")
+        assert abs((now - logged).total_seconds()) < 600, (time, now)
 
 
 @pytest.mark.parametrize("scenario", ["allowed", "tunnel-closed", "refused", "bad-request", "reload"])
