@@ -414,7 +414,7 @@ public final class BufferEvent {
         guard let ssl, let stack = SSL_get_peer_cert_chain(ssl) else { return [] }
         var chain: [Certificate] = []
         for index in 0..<pp_sk_X509_num(stack) {
-            if let cert = pp_sk_X509_value(stack, index) { chain.append(Certificate(retaining: cert)) }
+            if let cert = pp_sk_X509_value(stack, index) { chain.append(loop.peerCertificates.certificate(for: cert)) }
         }
         return chain
     }

@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import Synchronization
 import COpenSSL
 import CPinproxyShims
 
@@ -7,6 +8,13 @@ import CPinproxyShims
 public final class Certificate: @unchecked Sendable, Hashable, CustomStringConvertible {
     /// The owned `X509 *`; never freed elsewhere.
     let handle: OpaquePointer
+    /// What is derived from the certificate's bytes, each computed on first use and kept: an
+    /// `X509` does not change once parsed, and a peer certificate is one object for every
+    /// connection of its session (`PeerCertificates`).
+    private let derCache = AtomicLazyReference<Derived<[UInt8]>>()
+    private let certificateDigestCache = AtomicLazyReference<Derived<[UInt8]>>()
+    private let publicKeyDigestCache = AtomicLazyReference<Derived<[UInt8]>>()
+    private let subjectCache = AtomicLazyReference<Derived<String>>()
 
     /// Takes ownership of `handle`.
     init(taking handle: OpaquePointer) {
@@ -58,7 +66,7 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
 
     /// The certificate's DER encoding.
     public var der: [UInt8] {
-        derEncode { i2d_X509(handle, $0) }
+        derived(derCache) { derEncode { i2d_X509(handle, $0) } }
     }
 
     /// The DER SubjectPublicKeyInfo: what a public-key pin hashes.
@@ -68,13 +76,26 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     }
 
     /// SHA-256 of the DER SubjectPublicKeyInfo.
-    public var publicKeySHA256: [UInt8] { SHA256.hash(subjectPublicKeyInfoDER) }
+    public var publicKeySHA256: [UInt8] {
+        derived(publicKeyDigestCache) { SHA256.hash(subjectPublicKeyInfoDER) }
+    }
 
     /// SHA-256 of the certificate DER.
-    public var certificateSHA256: [UInt8] { SHA256.hash(der) }
+    public var certificateSHA256: [UInt8] {
+        derived(certificateDigestCache) { SHA256.hash(der) }
+    }
 
     /// The subject in RFC 2253 form.
-    public var subject: String { formatName(X509_get_subject_name(handle)) }
+    public var subject: String {
+        derived(subjectCache) { formatName(X509_get_subject_name(handle)) }
+    }
+
+    /// The value `cache` holds, computed by `compute` if it holds none yet. Threads that race
+    /// compute the same value; the first stored is the one every caller gets.
+    private func derived<Value>(_ cache: borrowing AtomicLazyReference<Derived<Value>>, _ compute: () -> Value) -> Value {
+        if let stored = cache.load() { return stored.value }
+        return cache.storeIfNil(Derived(compute())).value
+    }
 
     /// The issuer in RFC 2253 form.
     public var issuer: String { formatName(X509_get_issuer_name(handle)) }
@@ -157,6 +178,43 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
         hasher.combine(certificateSHA256)
     }
 
+}
+
+/// A value computed once from a certificate (`Certificate`'s caches hold objects).
+final class Derived<Value: Sendable>: Sendable {
+    let value: Value
+
+    init(_ value: Value) {
+        self.value = value
+    }
+}
+
+/// The `Certificate` objects of the peer chains one loop has seen, by `X509` address. A
+/// resumed session presents the very `X509` objects of the session it resumes, so every
+/// connection of a session gets the same `Certificate`, and what is derived from it (the
+/// digests that pins and the verified-chain memo compare, the subject a log line shows) is
+/// computed once per certificate instead of once per connection. Each entry holds a reference
+/// to its `X509`: no address here can be freed and reused for another certificate. At most
+/// `limit` entries; a full table starts over. Used on its loop's thread only.
+final class PeerCertificates {
+    private var byAddress: [OpaquePointer: Certificate] = [:]
+    let limit: Int
+
+    init(limit: Int = 512) {
+        self.limit = limit
+    }
+
+    /// The one `Certificate` for `x509` (which the caller holds a reference to).
+    func certificate(for x509: OpaquePointer) -> Certificate {
+        if let known = byAddress[x509] { return known }
+        if byAddress.count >= limit { byAddress.removeAll(keepingCapacity: true) }
+        let certificate = Certificate(retaining: x509)
+        byAddress[x509] = certificate
+        return certificate
+    }
+
+    /// Entries held.
+    var count: Int { byAddress.count }
 }
 
 extension Array where Element == UInt8 {

@@ -16,6 +16,8 @@ public final class EventLoop: @unchecked Sendable {
     /// once, then resolves without blocking).
     public private(set) lazy var dns = DNSResolver(loop: self)
     private var scratch: UnsafeMutableRawPointer?
+    /// The peer certificates this loop's upstream connections presented (`PeerCertificates`).
+    let peerCertificates = PeerCertificates()
 
     /// Where this loop's relays decrypt a record before encrypting it for the other side
     /// (`TLSRelay`): one buffer per loop, not one per tunnel.

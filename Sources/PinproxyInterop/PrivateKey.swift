@@ -119,7 +119,9 @@ public enum CertificateBuilder {
             guard X509_add_ext(x509, ext, -1) == 1 else { throw OpenSSLError.drain("X509_add_ext") }
         }
         guard X509_sign(x509, issuerKey.handle, EVP_sha256()) > 0 else { throw OpenSSLError.drain("X509_sign") }
-        return certificate
+        // Parsed back from its DER: a built X509 re-encodes its whole to-be-signed part every
+        // time it is serialized (every handshake that sends it), a parsed one keeps its bytes.
+        return try Certificate(der: certificate.der)
     }
 }
 

@@ -64,36 +64,51 @@ enum LineFormat {
         }
     }
 
+    // Lines are built as UTF-8 bytes and made a String once: appending to a String checks
+    // and grows it piece by piece.
+
     static func logfmt(_ fields: [(String, String)]) -> String {
-        var line = ""
+        var line: [UInt8] = []
         line.reserveCapacity(256)
         for (index, (key, value)) in fields.enumerated() {
-            if index > 0 { line += " " }
-            line += key
-            line += "="
+            if index > 0 { line.append(UInt8(ascii: " ")) }
+            line.append(contentsOf: key.utf8)
+            line.append(UInt8(ascii: "="))
             if !value.isEmpty && value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "=") && $0 != UInt8(ascii: "\\") }) {
-                line += value
+                line.append(contentsOf: value.utf8)
             } else {
-                line += "\""
+                line.append(UInt8(ascii: "\""))
                 appendEscaped(value, to: &line)
-                line += "\""
+                line.append(UInt8(ascii: "\""))
             }
         }
-        return line
+        return String(decoding: line, as: UTF8.self)
     }
 
     static func json(_ fields: [(String, String)]) -> String {
-        var line = "{"
+        var line: [UInt8] = [UInt8(ascii: "{")]
         line.reserveCapacity(256)
         for (index, (key, value)) in fields.enumerated() {
-            if index > 0 { line += "," }
-            line += "\""
-            line += key
-            line += "\":\""
+            if index > 0 { line.append(UInt8(ascii: ",")) }
+            line.append(UInt8(ascii: "\""))
+            line.append(contentsOf: key.utf8)
+            line.append(contentsOf: "\":\"".utf8)
             appendEscaped(value, to: &line)
-            line += "\""
+            line.append(UInt8(ascii: "\""))
         }
-        return line + "}"
+        line.append(UInt8(ascii: "}"))
+        return String(decoding: line, as: UTF8.self)
+    }
+
+    /// `appendEscaped(_:to:)` for a line of UTF-8 bytes.
+    static func appendEscaped(_ value: String, to line: inout [UInt8]) {
+        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            line.append(contentsOf: value.utf8)
+        } else {
+            var escaped = ""
+            appendEscaped(value, to: &escaped)
+            line.append(contentsOf: escaped.utf8)
+        }
     }
 
     /// Appends `value` with quotes, backslashes and line breaks escaped.
@@ -134,25 +149,26 @@ func rfc3339Milliseconds(_ date: Date) -> String {
     var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
     var parts = tm()
     gmtime_r(&seconds, &parts)
-    var text = ""
+    var text: [UInt8] = []
     text.reserveCapacity(24)
-    func append(_ value: Int32, digits: Int) {
-        var digitsText = String(value)
-        while digitsText.count < digits { digitsText = "0" + digitsText }
-        text += digitsText
+    /// `value` in decimal, at least `digits` long (zeros first).
+    func append(_ value: Int, digits: Int, then separator: Unicode.Scalar) {
+        var divisor = 1
+        for _ in 1..<digits { divisor *= 10 }
+        let value = max(0, value)
+        while value / divisor >= 10 { divisor *= 10 }
+        while divisor > 0 {
+            text.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
+        }
+        text.append(UInt8(ascii: separator))
     }
-    append(parts.tm_year + 1900, digits: 4)
-    text += "-"
-    append(parts.tm_mon + 1, digits: 2)
-    text += "-"
-    append(parts.tm_mday, digits: 2)
-    text += "T"
-    append(parts.tm_hour, digits: 2)
-    text += ":"
-    append(parts.tm_min, digits: 2)
-    text += ":"
-    append(parts.tm_sec, digits: 2)
-    text += "."
-    append(Int32(((milliseconds % 1000) + 1000) % 1000), digits: 3)
-    return text + "Z"
+    append(Int(parts.tm_year) + 1900, digits: 4, then: "-")
+    append(Int(parts.tm_mon) + 1, digits: 2, then: "-")
+    append(Int(parts.tm_mday), digits: 2, then: "T")
+    append(Int(parts.tm_hour), digits: 2, then: ":")
+    append(Int(parts.tm_min), digits: 2, then: ":")
+    append(Int(parts.tm_sec), digits: 2, then: ".")
+    append(Int((milliseconds % 1000 + 1000) % 1000), digits: 3, then: "Z")
+    return String(decoding: text, as: UTF8.self)
 }
