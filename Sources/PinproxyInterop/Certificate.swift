@@ -15,6 +15,9 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     private let certificateDigestCache = AtomicLazyReference<Derived<[UInt8]>>()
     private let publicKeyDigestCache = AtomicLazyReference<Derived<[UInt8]>>()
     private let subjectCache = AtomicLazyReference<Derived<String>>()
+    private let commonNamesCache = AtomicLazyReference<Derived<[String]>>()
+    private let altNamesCache = AtomicLazyReference<Derived<[GeneralName]>>()
+    private let undecodableCache = AtomicLazyReference<Derived<[String]>>()
 
     /// Takes ownership of `handle`.
     init(taking handle: OpaquePointer) {
@@ -407,6 +410,10 @@ extension Certificate {
 
     /// Every commonName of the subject, as UTF-8.
     public var subjectCommonNames: [String] {
+        derived(commonNamesCache) { readSubjectCommonNames() }
+    }
+
+    private func readSubjectCommonNames() -> [String] {
         guard let name = X509_get_subject_name(handle) else { return [] }
         var result: [String] = []
         var position: Int32 = -1
@@ -437,6 +444,10 @@ extension Certificate {
 
     /// The subjectAltName entries, in order; empty when the extension is absent.
     public var subjectAltNameEntries: [GeneralName] {
+        derived(altNamesCache) { readSubjectAltNameEntries() }
+    }
+
+    private func readSubjectAltNameEntries() -> [GeneralName] {
         guard let raw = X509_get_ext_d2i(handle, NID_subject_alt_name, nil, nil) else { return [] }
         let names = OpaquePointer(raw)
         defer { pp_GENERAL_NAMES_free(names) }
@@ -472,6 +483,10 @@ extension Certificate {
     /// The short names of the extensions OpenSSL knows but cannot decode (a malformed
     /// authorityInfoAccess, say).
     public var undecodableExtensions: [String] {
+        derived(undecodableCache) { readUndecodableExtensions() }
+    }
+
+    private func readUndecodableExtensions() -> [String] {
         var names: [String] = []
         for index in 0..<X509_get_ext_count(handle) {
             guard let ext = X509_get_ext(handle, index), let method = X509V3_EXT_get(ext) else { continue }

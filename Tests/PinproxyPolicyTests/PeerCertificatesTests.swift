@@ -24,10 +24,14 @@ final class PeerCertificatesTests: XCTestCase {
                 XCTAssertEqual(certificate.certificateSHA256, SHA256.hash(parsed.der))
                 XCTAssertEqual(certificate.publicKeySHA256, SHA256.hash(parsed.subjectPublicKeyInfoDER))
                 XCTAssertEqual(certificate.subject, parsed.subject)
+                XCTAssertEqual(certificate.subjectCommonNames, parsed.subjectCommonNames)
+                XCTAssertEqual(certificate.subjectAltNameEntries, parsed.subjectAltNameEntries)
+                XCTAssertEqual(certificate.undecodableExtensions, parsed.undecodableExtensions)
             }
         }
         XCTAssertNotEqual(chain[0].certificateSHA256, chain[1].certificateSHA256)
         XCTAssertNotEqual(chain[0].publicKeySHA256, chain[1].publicKeySHA256)
+        XCTAssertFalse(chain[0].subjectAltNameEntries.isEmpty)
     }
 
     func testOneCertificatePerX509AndTheX509OutlivesItsConnection() throws {
