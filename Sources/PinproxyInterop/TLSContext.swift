@@ -61,7 +61,15 @@ public final class TLSClientContext: @unchecked Sendable {
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         if requestOCSPStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
         if let resumption {
-            if let stored = resumption.cache.session(for: resumption.key) { _ = SSL_set_session(ssl, stored.handle) }
+            // The connection resumes from its own copy: OpenSSL marks the session a connection
+            // resumed from as not resumable when a new ticket arrives (and writes to it during
+            // the handshake), which must not happen to the one every connection to this host
+            // shares — or the connections already on their way would all fall back to full
+            // handshakes.
+            if let stored = resumption.cache.session(for: resumption.key), let copy = SSL_SESSION_dup(stored.handle) {
+                _ = SSL_set_session(ssl, copy)
+                SSL_SESSION_free(copy)
+            }
             _ = pp_SSL_set_app_data(ssl, Unmanaged.passRetained(resumption).toOpaque())
         }
         return ssl

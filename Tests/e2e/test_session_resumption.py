@@ -14,7 +14,9 @@ resumed" in the connection line's detail):
   one, though both resolve to the same address and port (and the origin would resume it);
 - a reload drops the sessions of the entries it changed, and keeps the others (a failed
   reload keeps them all);
-- `ocsp-staple` entries are never resumed (a resumed handshake carries no staple).
+- `ocsp-staple` entries are never resumed (a resumed handshake carries no staple);
+- connections made at the same time all resume: each resumes from its own copy of the cached
+  session, which OpenSSL marks "not resumable" once a new ticket arrives for it.
 Each test has its own origin (so its handshake record is its own) and daemon.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 import socket
 import ssl
 import subprocess
@@ -109,6 +112,26 @@ def test_verdict_runs_on_a_resumed_connection(make_proxy, pki, api_origin):
     assert refused_upstream(p, api_origin, API, "revoked") is True
     # A refused session is forgotten: the next handshake is a full one (and refused too).
     assert refused_upstream(p, api_origin, API, "revoked") is False
+
+
+def test_concurrent_connections_all_resume(make_proxy, pki, api_origin):
+    p = start(make_proxy, api_origin.port, {API: {"trust": ["root-a.pem"]}})
+    assert fetch(p, api_origin, API) == (False, False)
+    fetch_resumed(p, api_origin, API)
+
+    def one(_):
+        with Tunnel(p, API, api_origin.port) as t:
+            return t.get("/small")
+
+    before = len(api_origin.resumed)
+    # Waves of 16 at once: while some connections receive their new tickets, others are still
+    # offering the cached session. Before the fix about half of them fell back to full handshakes.
+    with ThreadPoolExecutor(16) as pool:
+        for _ in range(4):
+            assert list(pool.map(one, range(16))) == [(200, originlib.SMALL_BODY)] * 16
+    poll(lambda: len(api_origin.resumed) >= before + 64, what="the origin's record of 64 handshakes")
+    handshakes = api_origin.resumed[before:]
+    assert handshakes == [True] * 64, f"{handshakes.count(False)} of 64 upstream handshakes were full ones"
 
 
 def test_a_session_never_crosses_hosts(make_proxy, pki, api_origin):
