@@ -4,7 +4,7 @@ all on loopback. Not a test: it prints a table and exits 0.
 
     Benchmarks/proxy-bench.py [--bin .build/release/pinproxy] [--runs 3] [--n-new 500] [--conc 32]
                               [--n-ka 5000] [--bulk-mib 256] [--n-idle 1000] [--figures new1,new32,ka,bulk,idle]
-    Benchmarks/proxy-bench.py --instructions   # the same work under callgrind: instructions per unit
+    Benchmarks/proxy-bench.py --instructions   # the same work under callgrind: instructions per unit (new connections at c=1 and c=CONC)
 
 Figures (curl is the client, as in ../shared/bench; pinproxy pins the origin's key; curl never
 resumes its own TLS session, pinproxy resumes upstream):
@@ -178,6 +178,9 @@ class Bench:
         work = [
             ("instructions per new connection (c=1)", n_new,
              lambda: curl(["--no-sessionid", "-H", "Connection: close", "-o", "/dev/null"], self.url(f"/small.txt?n=[1-{n_new}]"), ca, port)),
+            (f"instructions per new connection (c={self.options.conc})", n_new,
+             lambda: curl(["--no-sessionid", "-H", "Connection: close", "--parallel", "--parallel-max", str(self.options.conc),
+                           "-o", "/dev/null"], self.url(f"/small.txt?n=[1-{n_new}]"), ca, port)),
             ("instructions per keep-alive request", n_ka,
              lambda: curl(["-o", "/dev/null"], self.url(f"/small.txt?n=[1-{n_ka}]"), ca, port)),
         ]
