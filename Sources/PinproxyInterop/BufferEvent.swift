@@ -409,12 +409,15 @@ public final class BufferEvent {
 
     private var ssl: OpaquePointer? { handle.flatMap { bufferevent_openssl_get_ssl($0) } }
 
-    /// The certificates the peer presented, leaf first.
+    /// The certificates the peer presented, leaf first. A resumed session's are the loop's
+    /// shared objects (`PeerCertificates`); a full handshake's are its own.
     public var peerCertificateChain: [Certificate] {
         guard let ssl, let stack = SSL_get_peer_cert_chain(ssl) else { return [] }
+        let resumed = SSL_session_reused(ssl) == 1
         var chain: [Certificate] = []
         for index in 0..<pp_sk_X509_num(stack) {
-            if let cert = pp_sk_X509_value(stack, index) { chain.append(loop.peerCertificates.certificate(for: cert)) }
+            guard let cert = pp_sk_X509_value(stack, index) else { continue }
+            chain.append(resumed ? loop.peerCertificates.certificate(for: cert) : Certificate(retaining: cert))
         }
         return chain
     }

@@ -192,9 +192,9 @@ final class Derived<Value: Sendable>: Sendable {
     }
 }
 
-/// The `Certificate` objects of the peer chains one loop has seen, by `X509` address. A
-/// resumed session presents the very `X509` objects of the session it resumes, so every
-/// connection of a session gets the same `Certificate`, and what is derived from it (the
+/// The `Certificate` objects of the peer chains of the sessions one loop resumed, by `X509`
+/// address. A resumed session presents the very `X509` objects of the session it resumes, so
+/// every connection of a session gets the same `Certificate`, and what is derived from it (the
 /// digests that pins and the verified-chain memo compare, the subject a log line shows) is
 /// computed once per certificate instead of once per connection. Each entry holds a reference
 /// to its `X509`: no address here can be freed and reused for another certificate. At most
