@@ -100,9 +100,14 @@ enum LineFormat {
         return String(decoding: line, as: UTF8.self)
     }
 
+    /// Printable ASCII without a quote or backslash, the usual case: written as it is.
+    static func needsNoEscaping(_ value: String) -> Bool {
+        value.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+    }
+
     /// `appendEscaped(_:to:)` for a line of UTF-8 bytes.
     static func appendEscaped(_ value: String, to line: inout [UInt8]) {
-        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+        if needsNoEscaping(value) {
             line.append(contentsOf: value.utf8)
         } else {
             var escaped = ""
@@ -113,8 +118,7 @@ enum LineFormat {
 
     /// Appends `value` with quotes, backslashes and line breaks escaped.
     static func appendEscaped(_ value: String, to result: inout String) {
-        // Printable ASCII without a quote or backslash, the usual case: as it is.
-        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+        if needsNoEscaping(value) {
             result += value
             return
         }

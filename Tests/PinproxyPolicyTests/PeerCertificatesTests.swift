@@ -73,13 +73,14 @@ final class PeerCertificatesTests: XCTestCase {
         XCTAssertEqual(results.withLock { $0 }, Array(repeating: wanted, count: 16))
     }
 
-    func testAMintedLeafIsKeptAsParsed() throws {
+    func testAMintedLeafIsTheCertificateAsSigned() throws {
         let caKey = try PrivateKey.generateP256()
         let now = Date()
         let ca = try CertificateBuilder.makeCA(commonName: "test CA", key: caKey, notBefore: now, notAfter: now + 3600)
         let leaf = try CertificateBuilder.makeLeaf(for: .dns("api.test"), key: try PrivateKey.generateP256(), issuer: ca,
                                                   issuerKey: caKey, notBefore: now, notAfter: now + 3600)
-        // What a handshake sends is the certificate as signed, byte for byte.
+        // pinproxy keeps a minted leaf as parsed back from its DER (sending it then costs no
+        // re-encoding): what a handshake sends is still the certificate as signed, byte for byte.
         XCTAssertEqual(try fresh(leaf).der, leaf.der)
         XCTAssertTrue(leaf.matchesHostName("api.test"))
         XCTAssertEqual(leaf.issuer, ca.subject)
