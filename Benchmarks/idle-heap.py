@@ -54,9 +54,7 @@ def main():
     pki = os.path.join(work, "pki")
     pin = b.make_pki(pki, "rsa2048")
     origin = b.Origin(work, pki)
-    # Valgrind 3.19 cannot read the DWARF 5 the Swift toolchain writes; the symbol table suffices.
-    binary = os.path.join(work, "pinproxy-nodebug")
-    subprocess.run(["objcopy", "--strip-debug", options.bin, binary], check=True)
+    binary = b.valgrind_binary(options.bin, work)
     wrapper = ("valgrind", "--tool=massif", "--threshold=0.02", "--depth=30",
                f"--massif-out-file={os.path.join(work, 'massif.out')}")
     daemon = b.Daemon(binary, work, pki, origin, pin, log_path=os.path.join(work, "pinproxy.log"), wrapper=wrapper,

@@ -54,9 +54,7 @@ class Bench:
         wrapper = ()
         binary = options.bin
         if options.instructions:
-            # Valgrind 3.19 cannot read the DWARF 5 the Swift toolchain writes; the symbol table suffices.
-            binary = os.path.join(self.work, "pinproxy-nodebug")
-            subprocess.run(["objcopy", "--strip-debug", options.bin, binary], check=True)
+            binary = b.valgrind_binary(options.bin, self.work)
             self.callgrind_out = os.path.join(self.work, "callgrind.out")
             wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.callgrind_out}")
         self.daemon = b.Daemon(binary, self.work, pki, self.origin, pin, log_path=os.path.join(self.work, "pinproxy.log"),
