@@ -64,7 +64,8 @@ public final class TLSRelay {
     /// What the relay reports.
     public enum Event {
         /// `bytes` of application data went from the direction's source to its sink (or are
-        /// queued for it).
+        /// queued for it, or were refused by it): one report per relay pass, before any other
+        /// event of that pass.
         case relayed(Direction, bytes: Int)
         /// The direction's source stopped sending (close_notify, end of stream, or a read error).
         /// Everything it sent before has been handed to the sink's socket: a direction reads
@@ -254,39 +255,69 @@ public final class TLSRelay {
     // MARK: Moving bytes
 
     /// Reads what the direction's source has and writes it to the sink, until the source has
-    /// nothing more, the sink is full, or this pass's share is used.
+    /// nothing more, the sink is full, or this pass's share is used. The pass's bytes are
+    /// reported once, before anything else it reports.
     private func pump(_ direction: Direction) {
         let source = source(of: direction)
         guard !isClosed, !flows[index(direction)].ended, !flows[index(direction)].hasPending, source.isReading,
               !source.readWaitsForWrite, source.rawOutput.isEmpty else { return }
         let scratch = loop.relayScratch
+        var relayed = 0
         for _ in 0..<Self.recordsPerPass {
             let count = SSL_read(source.ssl, scratch, Int32(readLimit))
             if direction == .down && renegotiationRequested {
+                // Nothing from this read is relayed.
+                guard reportRelayed(relayed, in: direction) else { return }
                 return reportRenegotiation()
             }
             guard count > 0 else {
+                guard reportRelayed(relayed, in: direction) else { return }
                 return readFailed(direction, result: count)
             }
-            report(.relayed(direction, bytes: Int(count)))
-            guard !isClosed else { return }
-            guard write(UnsafeRawBufferPointer(start: scratch, count: Int(count)), in: direction) else { return }
+            relayed += Int(count)
+            switch write(UnsafeRawBufferPointer(start: scratch, count: Int(count)), in: direction) {
+            case .written:
+                break
+            case .queued:
+                _ = reportRelayed(relayed, in: direction)
+                return
+            case .failed:
+                guard reportRelayed(relayed, in: direction) else { return }
+                return writeFailed(direction)
+            }
             // With read-ahead the SSL may hold more records than the socket shows: drain
             // them now, or they would wait for bytes that may never come. A full record
             // means bulk, where the socket has more: reading on saves a wait in epoll.
             guard SSL_has_pending(source.ssl) == 1 || Int(count) == readLimit || source.readsBufferedInput else {
                 // Waiting for the socket: the SSL's read buffer goes back to the allocator.
                 SSL_free_buffers(source.ssl)
+                _ = reportRelayed(relayed, in: direction)
                 return
             }
         }
+        guard reportRelayed(relayed, in: direction) else { return }
         // This pass's share is used: the rest on the loop's next pass.
         if let event = source.readEvent { event_active(event, EV_READ, 0) }
     }
 
+    /// Reports a pass's bytes (if any); whether the relay is still open.
+    private func reportRelayed(_ bytes: Int, in direction: Direction) -> Bool {
+        if bytes > 0 && !isClosed { report(.relayed(direction, bytes: bytes)) }
+        return !isClosed
+    }
+
+    /// What became of bytes handed to a sink.
+    private enum WriteOutcome {
+        case written
+        /// The sink is full: the rest is the direction's pending bytes, and the source pauses.
+        case queued
+        /// The sink cannot be written to.
+        case failed
+    }
+
     /// Writes `bytes` to the direction's sink; what it cannot take now becomes the direction's
-    /// pending bytes, and the source pauses. Returns whether everything was written.
-    private func write(_ bytes: UnsafeRawBufferPointer, in direction: Direction) -> Bool {
+    /// pending bytes, and the source pauses.
+    private func write(_ bytes: UnsafeRawBufferPointer, in direction: Direction) -> WriteOutcome {
         let sink = sink(of: direction)
         var offset = 0
         if sink.rawOutputOffset < sink.rawOutput.count || sink.isWaitingToWrite {
@@ -300,20 +331,17 @@ public final class TLSRelay {
                 }
                 let error = SSL_get_error(sink.ssl, written)
                 _ = drainErrorQueue()
-                guard error == SSL_ERROR_WANT_WRITE else {
-                    writeFailed(direction)
-                    return false
-                }
+                guard error == SSL_ERROR_WANT_WRITE else { return .failed }
                 break
             }
         }
-        guard offset < bytes.count else { return true }
+        guard offset < bytes.count else { return .written }
         var flow = Flow()
         flow.pending = Array(bytes[offset...])
         flows[index(direction)] = flow
         setReading(source(of: direction), false)
         setWaitingToWrite(sink, true)
-        return false
+        return .queued
     }
 
     /// Writes the direction's pending bytes; once all are written, the source reads again.

@@ -232,6 +232,30 @@ def test_log_allowed_and_tunnel_closed(proxy, origins, pki):
     assert float(closed["duration"].rstrip("s")) >= 0, closed.raw
 
 
+def test_log_counts_every_byte_each_way(proxy, origins):
+    """bytes_up and bytes_down are exactly the application data the tunnel carried, also when
+    one relay pass moves many TLS records: a 100 KiB upload and a 300 KB download, pipelined on
+    one tunnel, the second with `Connection: close`, read until the proxy's close_notify."""
+    upload = bytes(range(256)) * 400
+    host = f"{API}:{origins.api.port}"
+    sent = (f"POST /echo HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(upload)}\r\n\r\n".encode() + upload
+            + f"GET /bytes/300000 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    with Tunnel(proxy, API, origins.api.port) as t:
+        t.tls.sendall(sent)
+        received = bytearray()
+        while chunk := t.tls.recv(65536):
+            received += chunk
+        cport = t.client_port
+    assert received.endswith(originlib.big_body()[:300_000]), received[:300]
+    assert b'"body_len": 102400' in received or b'"body_len":102400' in received, received[:600]
+    closed = proxy.wait_for_log(
+        lambda l: l.get("event") == "tunnel-closed" and l.get("client") == f"127.0.0.1:{cport}",
+        what=f"event=tunnel-closed client=127.0.0.1:{cport}",
+    )
+    assert int(closed["bytes_up"]) == len(sent), (len(sent), closed.raw)
+    assert int(closed["bytes_down"]) == len(received), (len(received), closed.raw)
+
+
 def test_log_ip_literal_entry(proxy, origins):
     _status, _body, _der, cport = https_get(proxy, "127.0.0.1", origins.ip.port, "/small")
     line = proxy.connection_log(cport)
