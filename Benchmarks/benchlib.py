@@ -3,6 +3,7 @@ origin and a pinproxy daemon on loopback, process figures read from /proc, and a
 opens CONNECT tunnels. Every socket goes to 127.0.0.1; every wait is bounded.
 Not a test: nothing here asserts timings."""
 
+import argparse
 import os
 import resource
 import shutil
@@ -15,6 +16,20 @@ import time
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def argument_parser(doc):
+    """A benchmark's command line: its docstring as help, and `--bin` (the release build)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default=os.path.join(root, ".build/release/pinproxy"))
+    return parser
+
+
+def require_binary(path):
+    """Exits with a hint when the pinproxy binary to measure is not built."""
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"{path} is not executable (swift build -c release)")
 
 
 def log(message):

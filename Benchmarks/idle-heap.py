@@ -12,7 +12,6 @@ Libraries without symbols show as ???; the depth of the tree is the depth of the
 shown below each allocator entry point.
 """
 
-import argparse
 import os
 import re
 import subprocess
@@ -40,15 +39,12 @@ def snapshot_tree(path):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", default=os.path.join(root, ".build/release/pinproxy"))
+    parser = b.argument_parser(__doc__)
     parser.add_argument("--n-idle", type=int, default=300)
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--min-bytes", type=int, default=64)
     options = parser.parse_args()
-    if not os.access(options.bin, os.X_OK):
-        raise SystemExit(f"{options.bin} is not executable (swift build -c release)")
+    b.require_binary(options.bin)
     b.raise_open_file_limit()
     work = b.work_directory("pinproxy-heap.")
     pki = os.path.join(work, "pki")

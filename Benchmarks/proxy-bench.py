@@ -17,7 +17,6 @@ Direct and pinproxy runs alternate (interleaved), medians of RUNS. On a shared m
 CPU figures and the instruction counts (--instructions), not on wall-clock rates.
 """
 
-import argparse
 import os
 import signal
 import re
@@ -250,9 +249,7 @@ def rotate(items, k):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", default=os.path.join(root, ".build/release/pinproxy"))
+    parser = b.argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--n-new", type=int, default=500)
     parser.add_argument("--conc", type=int, default=32)
@@ -271,8 +268,7 @@ def main():
         options.bulk_mib = min(options.bulk_mib, 64)
     # SIGTERM ends the run like Ctrl-C: the daemon and the origin are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if not os.access(options.bin, os.X_OK):
-        raise SystemExit(f"{options.bin} is not executable (swift build -c release)")
+    b.require_binary(options.bin)
     bench = Bench(options)
     try:
         bench.run()

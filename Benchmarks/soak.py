@@ -23,7 +23,6 @@ connections) and the descriptor count after each phase against the idle value ar
 All traffic stays on 127.0.0.1.
 """
 
-import argparse
 import itertools
 import os
 import signal
@@ -296,9 +295,7 @@ class Soak:
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", default=os.path.join(root, ".build/release/pinproxy"))
+    parser = b.argument_parser(__doc__)
     parser.add_argument("--connections", type=int, default=int(os.environ.get("SOAK_CONNECTIONS", 1_000_000)))
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("SOAK_CONCURRENCY", 64)))
     parser.add_argument("--idle-tunnels", type=int, default=int(os.environ.get("SOAK_IDLE_TUNNELS", 8000)))
@@ -309,8 +306,7 @@ def main():
     options = parser.parse_args()
     # SIGTERM ends the run like Ctrl-C: the daemon and the origin are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if not os.access(options.bin, os.X_OK):
-        raise SystemExit(f"{options.bin} is not executable (swift build -c release)")
+    b.require_binary(options.bin)
     soak = Soak(options)
     try:
         descriptors_ok = soak.connections()
