@@ -71,6 +71,10 @@ let package = Package(
             name: "PinproxyServiceTests",
             dependencies: ["PinproxyService", "PinproxyInterop", "PinproxyPolicy"]
         ),
+        .testTarget(
+            name: "PinproxyProxyTests",
+            dependencies: ["PinproxyProxy"]
+        ),
     ]
 )
 

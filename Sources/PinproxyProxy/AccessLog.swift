@@ -149,7 +149,9 @@ enum LineFormat {
 
 /// `2026-01-31T12:00:00.123Z` (UTC, milliseconds truncated).
 func rfc3339Milliseconds(_ date: Date) -> String {
-    let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+    // A Date counts from 2001, so an exact millisecond since 1970 can come back a few tenths of
+    // a microsecond short (5 ms as 4.9999997): a microsecond's allowance keeps it whole.
+    let milliseconds = Int64((date.timeIntervalSince1970 * 1000 + 0.001).rounded(.down))
     var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
     var parts = tm()
     gmtime_r(&seconds, &parts)

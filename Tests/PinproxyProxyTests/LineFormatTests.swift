@@ -1,0 +1,80 @@
+import Foundation
+import XCTest
+@testable import PinproxyProxy
+
+/// The log line writers build bytes by hand (`LineFormat`, `rfc3339Milliseconds`): these check
+/// them against Foundation's formatter and JSON parser, including the edges hand-written
+/// formatting gets wrong (zero padding, times before 1970, escaping).
+final class LineFormatTests: XCTestCase {
+    func testTimestampsMatchFoundationsISO8601() {
+        let reference = ISO8601DateFormatter()
+        reference.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        reference.timeZone = TimeZone(identifier: "UTC")
+        // Milliseconds since 1970: the epoch, single-digit fields, 999 ms, a leap day, far ahead,
+        // and before 1970 (where truncation must go towards the earlier millisecond).
+        let instants: [Int64] = [0, 1, 5, 999, 1_000, 951_782_400_006, 1_767_225_599_999, 1_795_000_000_123,
+                                 253_402_300_799_999, -1, -999, -1_000, -86_400_001]
+        for milliseconds in instants {
+            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+            XCTAssertEqual(rfc3339Milliseconds(date), reference.string(from: date), "at \(milliseconds) ms")
+        }
+        XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: 1_767_315_845.006)), "2026-01-02T01:04:05.006Z")
+    }
+
+    func testSubMillisecondsAreTruncated() {
+        XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: 0.0009)), "1970-01-01T00:00:00.000Z")
+        XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: -0.0001)), "1969-12-31T23:59:59.999Z")
+    }
+
+    private let awkward: [(String, String)] = [
+        ("plain", "api.test"),
+        ("empty", ""),
+        ("spaced", "a b"),
+        ("quoted", #"say "hi""#),
+        ("backslash", #"C:\path"#),
+        ("equals", "k=v"),
+        ("breaks", "one\ntwo\rthree\tfour"),
+        ("control", "bell\u{07}nul\u{00}"),
+        ("separators", "line\u{2028}para\u{2029}next\u{85}"),
+        ("bidi", "abc\u{202E}fed"),
+        ("utf8", "Zürich 東京"),
+    ]
+
+    func testJSONLinesParseBackToTheirValues() throws {
+        let line = LineFormat.json(awkward)
+        XCTAssertFalse(line.contains("\n"), line)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String])
+        XCTAssertEqual(object.count, awkward.count)
+        for (key, value) in awkward { XCTAssertEqual(object[key], value, key) }
+        XCTAssertTrue(line.hasPrefix(#"{"plain":"api.test","empty":"","#), line)
+    }
+
+    func testLogfmtQuotesWhatCouldSplitAField() {
+        let line = LineFormat.logfmt(awkward)
+        XCTAssertFalse(line.contains("\n") || line.contains("\r") || line.contains("\u{2028}"), line)
+        let expected = [
+            "plain=api.test",
+            #"empty="""#,
+            #"spaced="a b""#,
+            #"quoted="say \"hi\"""#,
+            #"backslash="C:\\path""#,
+            #"equals="k=v""#,
+            #"breaks="one\ntwo\rthree\tfour""#,
+            #"control="bell\u0007nul\u0000""#,
+            #"separators="line\u2028para\u2029next\u0085""#,
+            #"bidi="abc\u202efed""#,
+            #"utf8="Zürich 東京""#,
+        ].joined(separator: " ")
+        XCTAssertEqual(line, expected)
+    }
+
+    func testTheByteAndStringEscapersAgree() {
+        for (_, value) in awkward {
+            var bytes: [UInt8] = []
+            LineFormat.appendEscaped(value, to: &bytes)
+            var text = ""
+            LineFormat.appendEscaped(value, to: &text)
+            XCTAssertEqual(String(decoding: bytes, as: UTF8.self), text, value)
+        }
+    }
+}
