@@ -65,7 +65,7 @@ let package = Package(
         .testTarget(
             name: "PinproxyPolicyTests",
             dependencies: ["PinproxyPolicy", "PinproxyInterop"],
-            exclude: ["limbo-known-differences.txt", "rule-fixtures.py"]
+            exclude: ["limbo-known-differences.txt", "bettertls-known-differences.txt", "rule-fixtures.py"]
         ),
         .testTarget(
             name: "PinproxyServiceTests",

@@ -98,8 +98,10 @@ extension TrustStore {
         let first = verifyOnePath(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
         guard !first.isVerified else { return first }
         var pending = Self.alternatives(after: first, candidates: intermediates)
+        var tried: Set<[[UInt8]]> = [intermediates.map(\.certificateSHA256)]
         var attempts = 0
         while attempts < Self.alternativePathAttempts, let candidates = pending.popLast() {
+            guard tried.insert(candidates.map(\.certificateSHA256)).inserted else { continue }
             attempts += 1
             let result = verifyOnePath(leaf: leaf, intermediates: candidates, at: time, crls: crls)
             if result.isVerified { return result }
@@ -109,13 +111,35 @@ extension TrustStore {
     }
 
     /// The candidate sets to try after a failed path: each leaves out one presented
-    /// intermediate at which the path had a problem.
+    /// intermediate that may be why the path failed — the certificate at the depth of a
+    /// problem or, for a name-constraint violation (reported at the constrained certificate),
+    /// each certificate above it on the path that carries name constraints.
     private static func alternatives(after failed: ChainVerification, candidates: [Certificate]) -> [[Certificate]] {
-        let depths = Set(failed.problems.map(\.depth)).sorted()
-        return depths.reversed().compactMap { depth in
-            guard depth > 0, depth < failed.chain.count, candidates.contains(failed.chain[depth]) else { return nil }
-            let culprit = failed.chain[depth]
-            return candidates.filter { $0 != culprit }
+        var culprits: [Certificate] = []
+        for problem in failed.problems.sorted(by: { $0.depth < $1.depth }) {
+            let depths = isNameConstraintProblem(problem.code)
+                ? Array((problem.depth + 1)..<max(problem.depth + 1, failed.chain.count)).filter {
+                    failed.chain[$0].criticality(of: .nameConstraints) != nil
+                }
+                : [problem.depth]
+            for depth in depths where depth > 0 && depth < failed.chain.count {
+                let culprit = failed.chain[depth]
+                if candidates.contains(culprit) && !culprits.contains(culprit) { culprits.append(culprit) }
+            }
+        }
+        // Tried last first (the list is a stack): the culprit nearest the leaf goes first.
+        return culprits.reversed().map { culprit in candidates.filter { $0 != culprit } }
+    }
+
+    /// OpenSSL's codes for a certificate's names against an issuer's name constraints.
+    private static func isNameConstraintProblem(_ code: Int32) -> Bool {
+        switch code {
+        case X509_V_ERR_PERMITTED_VIOLATION, X509_V_ERR_EXCLUDED_VIOLATION, X509_V_ERR_SUBTREE_MINMAX,
+             X509_V_ERR_UNSUPPORTED_CONSTRAINT_TYPE, X509_V_ERR_UNSUPPORTED_CONSTRAINT_SYNTAX,
+             X509_V_ERR_UNSUPPORTED_NAME_SYNTAX:
+            return true
+        default:
+            return false
         }
     }
 
@@ -154,6 +178,10 @@ extension TrustStore {
         X509_VERIFY_PARAM_set_purpose(parameters, X509_PURPOSE_SSL_SERVER)
         // Security level 2: no RSA, DSA or DH key under 2048 bits, no EC key under 224 bits.
         X509_VERIFY_PARAM_set_auth_level(parameters, 2)
+        // pinproxy never matches the host against the subject CN, so the CN plays no part in
+        // the name check and must not be held against the name constraints either: OpenSSL
+        // 3.0 checks a host-like CN of a leaf without DNS SAN against them unless told not to.
+        X509_VERIFY_PARAM_set_hostflags(parameters, UInt32(X509_CHECK_FLAG_NEVER_CHECK_SUBJECT))
         let second = time.timeIntervalSince1970.rounded(.down)
         X509_VERIFY_PARAM_set_time(parameters, time_t(second))
 

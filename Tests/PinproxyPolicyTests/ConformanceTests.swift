@@ -3,13 +3,18 @@ import PinproxyInterop
 import PinproxyPolicy
 import XCTest
 
-/// The x509-limbo path-validation vectors (`Tests/conformance/x509-limbo.json`, part of the
-/// repository, so that this test never skips), run through `TrustEvaluator.evaluate` as pinproxy would for an entry with
+/// The x509-limbo and BetterTLS path-validation vectors, read from `../shared/conformance/`
+/// beside the checkout (or `PINPROXY_CONFORMANCE_DIR`) and never copied into the repository,
+/// run through `TrustEvaluator.evaluate` as pinproxy would for an entry with
 /// `trust = [the testcase's trusted certs]` and `validate_host = true`.
 ///
-/// pinproxy does not agree with every vector (see `limbo-known-differences.txt`); the test pins
-/// the set of disagreements, so that any change fails: a new false accept is a security
-/// regression, a new false reject a compatibility one, and a fixed difference must leave the list.
+/// pinproxy does not agree with every vector (see `limbo-known-differences.txt` and
+/// `bettertls-known-differences.txt`); each test pins its set of disagreements, so that any
+/// change fails: a new false accept is a security regression, a new false reject a
+/// compatibility one, and a fixed difference must leave the list.
+///
+/// Where the directory is absent the tests skip with one line naming it; with
+/// `PINPROXY_REQUIRE_CONFORMANCE=1` (CI) they fail instead.
 final class ConformanceTests: XCTestCase {
     /// One limbo testcase, the fields this test reads.
     struct Testcase: Decodable {
@@ -46,11 +51,54 @@ final class ConformanceTests: XCTestCase {
         let detail: String
     }
 
-    static let limboPath = packageRoot.appendingPathComponent("Tests/conformance/x509-limbo.json").path
-    static let knownDifferencesPath = packageRoot.appendingPathComponent("Tests/PinproxyPolicyTests/limbo-known-differences.txt").path
+    /// One set of vectors: its file in the conformance directory, the file of pinproxy's known
+    /// differences (beside this test), how many expressible testcases it holds, and whether the
+    /// entry keeps the web-PKI profile on.
+    struct VectorSet {
+        let file: String
+        let knownDifferences: String
+        let expressible: Int
+        let requireWebPKIProfile: Bool
+
+        /// The non-BetterTLS x509-limbo set, under the default (web-PKI) profile.
+        static let limbo = VectorSet(file: "x509-limbo.json", knownDifferences: "limbo-known-differences.txt",
+                                     expressible: 189, requireWebPKIProfile: true)
+        /// BetterTLS's path-building and name-constraint cases: `require_web_pki_profile = false`,
+        /// as for a private CA (their leaves carry a CN that is not among their SANs).
+        static let betterTLS = VectorSet(file: "bettertls-sample.json", knownDifferences: "bettertls-known-differences.txt",
+                                         expressible: 1500, requireWebPKIProfile: false)
+    }
+
+    /// The vectors are required and absent.
+    struct MissingVectors: Error, CustomStringConvertible {
+        let message: String
+        var description: String { message }
+    }
+
+    /// `PINPROXY_CONFORMANCE_DIR`, else `../shared/conformance` from the package root.
+    static var conformanceDirectory: URL {
+        if let override = ProcessInfo.processInfo.environment["PINPROXY_CONFORMANCE_DIR"], !override.isEmpty {
+            return URL(fileURLWithPath: override)
+        }
+        return packageRoot.deletingLastPathComponent().appendingPathComponent("shared/conformance")
+    }
+
+    /// The vectors file of `set`; skips the test (or fails it, with
+    /// `PINPROXY_REQUIRE_CONFORMANCE=1`) when it is not there.
+    static func vectorsFile(_ set: VectorSet) throws -> URL {
+        let url = conformanceDirectory.appendingPathComponent(set.file)
+        guard FileManager.default.isReadableFile(atPath: url.path) else {
+            let message = "conformance vectors not found: \(url.path) (set PINPROXY_CONFORMANCE_DIR)"
+            if ProcessInfo.processInfo.environment["PINPROXY_REQUIRE_CONFORMANCE"] == "1" {
+                throw MissingVectors(message: message + "; PINPROXY_REQUIRE_CONFORMANCE=1 requires them")
+            }
+            throw XCTSkip(message)
+        }
+        return url
+    }
 
     /// Evaluates one SERVER testcase as a pinproxy entry with its trusted certificates as anchors.
-    static func evaluate(_ testcase: Testcase, name: Testcase.PeerName) -> Outcome {
+    static func evaluate(_ testcase: Testcase, name: Testcase.PeerName, requireWebPKIProfile: Bool) -> Outcome {
         let anchors: [Certificate], intermediates: [Certificate], leaf: Certificate
         do {
             anchors = try testcase.trustedCerts.flatMap { try Certificate.parseAll(Array($0.utf8)) }
@@ -71,6 +119,7 @@ final class ConformanceTests: XCTestCase {
         }
         var settings = HostPolicy.Settings(trust: .anchors(store, anchors), ports: [443])
         settings.validateHost = true
+        settings.requireWebPKIProfile = requireWebPKIProfile
         if let crls = testcase.crls, !crls.isEmpty {
             do {
                 settings.revocation = .crl(try crls.flatMap { try RevocationList.parseAll(Array($0.utf8)) })
@@ -103,8 +152,9 @@ final class ConformanceTests: XCTestCase {
     }
 
     /// `id  # reason` lines; blank lines and lines starting with `#` are skipped.
-    static func knownDifferences() throws -> [String: String] {
-        let text = try String(contentsOfFile: knownDifferencesPath, encoding: .utf8)
+    static func knownDifferences(_ set: VectorSet) throws -> [String: String] {
+        let path = packageRoot.appendingPathComponent("Tests/PinproxyPolicyTests").appendingPathComponent(set.knownDifferences).path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
         var result: [String: String] = [:]
         for line in text.split(separator: "\n") {
             let trimmed = line.trimmingCharacters(in: .whitespaces)
@@ -116,11 +166,21 @@ final class ConformanceTests: XCTestCase {
     }
 
     func testLimboServerVectors() throws {
-        let limbo = try JSONDecoder.snakeCase.decode(Limbo.self, from: Data(contentsOf: URL(fileURLWithPath: Self.limboPath)))
+        try check(.limbo)
+    }
+
+    func testBetterTLSServerVectors() throws {
+        try check(.betterTLS)
+    }
+
+    /// Runs every expressible SERVER testcase of `set` and compares the disagreements with its
+    /// known-differences file, in both directions.
+    func check(_ set: VectorSet) throws {
+        let vectors = try JSONDecoder.snakeCase.decode(Limbo.self, from: Data(contentsOf: Self.vectorsFile(set)))
         var agreed = 0, falseAccepts: [String: String] = [:], falseRejects: [String: String] = [:]
-        for testcase in limbo.testcases where testcase.validationKind == "SERVER" {
+        for testcase in vectors.testcases where testcase.validationKind == "SERVER" {
             guard let name = testcase.expectedPeerName, name.kind == "DNS" || name.kind == "IP", testcase.isExpressible else { continue }
-            let outcome = Self.evaluate(testcase, name: name)
+            let outcome = Self.evaluate(testcase, name: name, requireWebPKIProfile: set.requireWebPKIProfile)
             let expectAllowed = testcase.expectedResult == "SUCCESS"
             if outcome.allowed == expectAllowed {
                 agreed += 1
@@ -131,25 +191,25 @@ final class ConformanceTests: XCTestCase {
             }
         }
         let total = agreed + falseAccepts.count + falseRejects.count
-        print("x509-limbo: \(total) expressible SERVER testcases with a DNS or IP name: \(agreed) agree, "
+        print("\(set.file): \(total) expressible SERVER testcases with a DNS or IP name: \(agreed) agree, "
               + "\(falseAccepts.count) false accepts, \(falseRejects.count) false rejects")
-        XCTAssertEqual(total, 189, "the vectors file holds another number of expressible testcases")
+        XCTAssertEqual(total, set.expressible, "\(set.file) holds another number of expressible testcases")
 
-        let known = try Self.knownDifferences()
+        let known = try Self.knownDifferences(set)
         let found = Set(falseAccepts.keys).union(falseRejects.keys)
         for id in found.subtracting(known.keys).sorted() {
             if let detail = falseAccepts[id] {
                 XCTFail("NEW FALSE ACCEPT \(id): pinproxy allows a chain the vector says must fail")
                 print("  false accept \(id)\(detail.isEmpty ? "" : ": " + detail)")
             } else {
-                XCTFail("new false reject \(id): \(falseRejects[id]!)")
+                XCTFail("new false reject \(id): \(falseRejects[id] ?? "")")
             }
         }
         for id in found.intersection(known.keys).sorted() {
-            print("  known difference \(id): \(falseAccepts[id].map { "allowed" + ($0.isEmpty ? "" : " despite " + $0) } ?? "refused: " + falseRejects[id]!)")
+            print("  known difference \(id): \(falseAccepts[id].map { "allowed" + ($0.isEmpty ? "" : " despite " + $0) } ?? "refused: " + (falseRejects[id] ?? ""))")
         }
         for id in Set(known.keys).subtracting(found).sorted() {
-            XCTFail("\(id) now agrees with the vector: remove it from limbo-known-differences.txt")
+            XCTFail("\(id) now agrees with the vector: remove it from \(set.knownDifferences)")
         }
     }
 }

@@ -52,7 +52,7 @@ final class WebPKIRuleTests: XCTestCase {
     /// Each rule refuses the limbo testcases that break it, naming itself with its reason.
     func testEachRuleFiresOnTheLimboTestcasesThatBreakIt() throws {
         let limbo = try JSONDecoder.snakeCase.decode(ConformanceTests.Limbo.self,
-                                                    from: Data(contentsOf: URL(fileURLWithPath: ConformanceTests.limboPath)))
+                                                    from: Data(contentsOf: ConformanceTests.vectorsFile(.limbo)))
         let testcases = Dictionary(uniqueKeysWithValues: limbo.testcases.map { ($0.id, $0) })
         for (rule, (reason, ids)) in Self.limboViolations {
             for id in ids {
@@ -60,7 +60,7 @@ final class WebPKIRuleTests: XCTestCase {
                     XCTFail("\(id) is not in the vectors")
                     continue
                 }
-                let outcome = ConformanceTests.evaluate(testcase, name: name)
+                let outcome = ConformanceTests.evaluate(testcase, name: name, requireWebPKIProfile: true)
                 XCTAssertFalse(outcome.allowed, "\(rule): \(id) is allowed")
                 XCTAssertTrue(outcome.detail.contains("\(reason.rawValue): rule \(rule): "), "\(rule): \(id): \(outcome.detail)")
             }
