@@ -98,7 +98,8 @@ extension ClientConnection {
 
     /// The one log line for this connection's decision (two when the upstream was reopened).
     /// `client-gone` has no status: nothing was sent. A decision on an upstream's chain says
-    /// which protocol that upstream negotiated (`alpn`, `-` for none).
+    /// which protocol that upstream negotiated (`alpn`, `-` for none), what it presented and
+    /// the path OpenSSL verified.
     func logDecision(outcome: String, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
@@ -111,10 +112,8 @@ extension ClientConnection {
         if let status { fields.append((.status, String(status))) }
         if verdict != nil { fields.append((.alpn, alpn?.description ?? "-")) }
         if !detail.isEmpty { fields.append((.detail, detail)) }
-        if let verdict, !verdict.presented.isEmpty {
-            fields.append((.chain, verdict.presented.map { "\($0.subject) \(Pin(digest: $0.publicKeySHA256))" }.joined(separator: " | ")))
-        }
+        let certificates = verdict.map { AccessLog.Certificates(presented: $0.presented, verified: $0.verifiedPath) }
         let level: Logger.Level = outcome == "allowed" || outcome == "client-gone" ? .info : .warning
-        worker.shared.log.emit(level, "connection", fields)
+        worker.shared.log.emit(level, "connection", fields, certificates: certificates)
     }
 }
