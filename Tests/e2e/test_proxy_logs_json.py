@@ -90,9 +90,9 @@ def test_every_stderr_line_is_a_json_object(pair):
 
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 # The order lines print their fields in (`AccessLog.Field`): time, level and event first, then the rest.
-FIELD_ORDER = ["time", "level", "event", "client", "host", "port", "entry", "outcome", "reason", "status", "alpn",
-               "detail", "chain", "presented_chain", "verified_chain", "verified_pins", "bytes_up", "bytes_down",
-               "duration", "address", "config", "error", "entries", "warning"]
+FIELD_ORDER = ["time", "level", "event", "client", "host", "port", "entry", "outcome", "reason", "status",
+               "reopen_outcome", "reopen_reason", "alpn", "detail", "chain", "presented_chain", "verified_chain",
+               "verified_pins", "bytes_up", "bytes_down", "duration", "address", "config", "error", "entries", "warning"]
 # logfmt's `chain` is JSON's presented_chain and verified_chain.
 CERTIFICATE_KEYS = {"logfmt": {"chain"}, "json": {"presented_chain", "verified_chain"}}
 
