@@ -12,6 +12,7 @@ import Prometheus
 /// | --- | --- | --- |
 /// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`) |
 /// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
+/// | `pinproxy_reopen_verdict_changes_total` | counter | |
 /// | `pinproxy_open_tunnels` | gauge | |
 /// | `pinproxy_relayed_bytes_total` | counter | `direction` (client_to_upstream, upstream_to_client) |
 /// | `pinproxy_upstream_handshake_seconds` | histogram | |
@@ -54,6 +55,7 @@ public final class ProxyMetrics: Sendable {
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
+    private let reopenVerdictChanges: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
@@ -71,6 +73,7 @@ public final class ProxyMetrics: Sendable {
     private enum Name {
         static let connections = "pinproxy_connections_total"
         static let refusals = "pinproxy_refusals_total"
+        static let reopenVerdictChanges = "pinproxy_reopen_verdict_changes_total"
         static let openTunnels = "pinproxy_open_tunnels"
         static let relayedBytes = "pinproxy_relayed_bytes_total"
         static let handshake = "pinproxy_upstream_handshake_seconds"
@@ -82,6 +85,7 @@ public final class ProxyMetrics: Sendable {
     private enum Help {
         static let connections = "Client connections by outcome and refusal reason."
         static let refusals = "Refusals (and report-only would-refuse decisions) by host pattern and reason."
+        static let reopenVerdictChanges = "Upstreams reopened for the client's ALPN offer whose verdict differs from the first upstream's."
         static let openTunnels = "Tunnels currently open."
         static let relayedBytes = "Bytes relayed through tunnels, by direction."
         static let handshake = "Upstream TLS handshake duration in seconds."
@@ -96,7 +100,7 @@ public final class ProxyMetrics: Sendable {
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
     /// Creates the series on a new registry (or `registry`); counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections) are created at once.
+    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) are created at once.
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
         openTunnels = registry.makeGauge(descriptor: .named(Name.openTunnels, help: Help.openTunnels))
@@ -110,6 +114,7 @@ public final class ProxyMetrics: Sendable {
                                                           buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
                                                   labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
+        reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -136,6 +141,12 @@ public final class ProxyMetrics: Sendable {
             counters[key] = counter
             return counter
         }.increment()
+    }
+
+    /// An upstream reopened for the client's ALPN offer got another verdict than the first
+    /// upstream, which the client's 200 described.
+    public func reopenVerdictChanged() {
+        reopenVerdictChanges.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or
