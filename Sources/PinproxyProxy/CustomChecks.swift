@@ -70,7 +70,7 @@ public final class CustomChecks: Sendable {
             let outcome = try ChildProcess.run(command, environment: environment, input: input, timeout: timeout)
             if outcome.exitStatus == 0 && !outcome.timedOut { return CustomCheckResult(passed: true, detail: "") }
             let said = outcome.firstErrorLine.map { ": \($0)" } ?? ""
-            if outcome.timedOut { return CustomCheckResult(passed: false, detail: "\(command[0]) did not answer within \(formatSeconds(timeout))\(said)") }
+            if outcome.timedOut { return CustomCheckResult(passed: false, detail: "\(command[0]) timed out: did not answer within \(formatSeconds(timeout))\(said)") }
             if let signal = outcome.signal { return CustomCheckResult(passed: false, detail: "\(command[0]) was killed by signal \(signal)\(said)") }
             return CustomCheckResult(passed: false, detail: "\(command[0]) exited with status \(outcome.exitStatus ?? -1)\(said)")
         } catch {

@@ -2,9 +2,11 @@
 
 After the built-in checks pass, the daemon runs the command off its event loops with the
 verified chain on stdin: exit 0 lets the tunnel open, anything else (or no answer within
-verify_command_timeout) refuses `custom-check` with the command's first stderr line. Answers are
-cached per (chain, host, port, command) for verify_command_cache seconds. While a slow command
-runs, other clients are served. `enforce = false` makes its refusal report-only.
+verify_command_timeout) refuses `custom-check` with the command's first stderr line. A command
+that does not answer in time is killed with its whole process group, whatever it did with its
+descriptors, and its slot is free at once. Answers are cached per (chain, host, port, command)
+for verify_command_cache seconds. While a slow command runs, other clients are served.
+`enforce = false` makes its refusal report-only.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import stat
 import threading
 import time
+from pathlib import Path
 
 import origin as originlib
 from proxy_harness import (
@@ -37,10 +40,39 @@ exit 9
 """
 
 
+# Writes its stderr to a file, closes stdout and hangs: only a kill of its process group ends it.
+HUNG = """#!/bin/sh
+d="$(dirname "$0")"
+exec 2>>"$d/hung.err"
+exec >&-
+echo $$ > "$d/hung.pgid"
+sleep 1000
+"""
+
+
+def script(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def live_processes_in_group(pgid: int) -> list[int]:
+    """Processes of process group PGID that still run. A zombie is dead: where pid 1 does not reap
+    orphans (some containers), the killed shell's `sleep` stays one."""
+    found = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat_file.parent.name))
+    return found
+
+
 def daemon(make_proxy, origins, pki, tmp_path, mode: str, proxy_keys=None, **entry_keys):
-    checker = tmp_path / "checker.sh"
-    checker.write_text(CHECKER)
-    checker.chmod(checker.stat().st_mode | stat.S_IXUSR)
+    checker = script(tmp_path, "checker.sh", CHECKER)
     entry = {"trust": ["root-a.pem"], "pin": "public-key", "pins": [pki.spki("int-a"), pki.spki("root-a")],
              "verify_command": [str(checker), mode], **entry_keys}
     keys = {"allow_ports": [origins.api.port, origins.other.port], "verify_command_timeout": 1}
@@ -109,3 +141,26 @@ def test_report_only_lets_it_through_and_says_so(make_proxy, origins, pki, tmp_p
         c.close()
     line = p.connection_log(c.client_port)
     assert line.get("outcome") == "report-only" and line.get("reason") == "custom-check", line.raw
+
+
+def test_a_command_that_closes_its_output_and_hangs_is_killed_with_its_group(make_proxy, origins, pki, tmp_path):
+    hung = script(tmp_path, "hung.sh", HUNG)
+    checker = script(tmp_path, "checker.sh", CHECKER)
+    p = make_proxy(proxy={"allow_ports": [origins.api.port, origins.other.port],
+                          "verify_command_timeout": 2, "verify_command_concurrency": 1},
+                   resolve={API: "127.0.0.1", "other.test": "127.0.0.1"},
+                   hosts={API: {"trust": ["root-a.pem"], "verify_command": [str(hung)]},
+                          "other.test": {"trust": ["root-a.pem"], "verify_command": [str(checker), "pass"]}})
+    started = time.monotonic()
+    c = connect(p.port, API, origins.api.port)
+    took = time.monotonic() - started
+    assert c.answer.status == 403 and c.answer.refusal == "custom-check", c.answer
+    assert took < 3, f"refused after {took:.1f}s, with verify_command_timeout = 2"
+    line = p.connection_log(c.client_port)
+    assert "timed out" in line.get("detail", ""), line.raw
+    # The only slot is free: another host's check runs and allows.
+    with Tunnel(p, "other.test", origins.other.port) as t:
+        assert t.get("/small")[0] == 200
+    assert calls(tmp_path / "calls.txt") == [f"other.test {origins.other.port} 3"]
+    pgid = int((tmp_path / "hung.pgid").read_text())
+    poll(lambda: not live_processes_in_group(pgid), what=f"the hung command's process group {pgid} to be gone")
