@@ -43,7 +43,7 @@ extension ClientConnection {
         let patience = settings.verifyCommandTimeout + settings.handshakeTimeout
         let timer = LoopTimer(loop: worker.loop, after: patience) { [weak self] in self?.customCheckTimedOut() }
         enter(.checkingCommand(destination, upstream, verdict, timer: timer, opening))
-        worker.shared.customChecks.check(command, chain: verdict.verified, host: destination.host, port: destination.port,
+        worker.shared.customChecks.check(command, entry: destination.entry, chain: verdict.verified, host: destination.host, port: destination.port,
                                          timeout: settings.verifyCommandTimeout, cacheSeconds: settings.verifyCommandCache,
                                          on: worker.loop) { [weak self] result in self?.customCheckAnswered(result) }
     }
