@@ -180,6 +180,9 @@ public final class Daemon {
                 // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
                 if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
             }
+            // Whatever the reload finds: a command's own files may change without the config.
+            // Answers stored meanwhile belong to the old entries, which new connections never use.
+            shared.customChecks.forgetAnswers()
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
                 shared.policy.replace(with: config)
