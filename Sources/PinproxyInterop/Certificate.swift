@@ -237,9 +237,14 @@ extension Certificate {
     /// OpenSSL checks constraints against the names a certificate carries, so a leaf whose
     /// `*.example.com` covers an excluded `bar.example.com` passes verification; this checks the
     /// host the client actually asked for, with OpenSSL's own matcher, on a stand-in
-    /// certificate that names only that host.
+    /// certificate that names only that host. A nameConstraints extension that cannot be
+    /// decoded, or that appears twice, permits nothing.
     public func nameConstraintsPermit(dnsName host: String) -> Bool {
-        guard let raw = X509_get_ext_d2i(handle, NID_name_constraints, nil, nil) else { return true }
+        var found: Int32 = 0  // -1: absent; -2: more than one; else the criticality
+        guard let raw = X509_get_ext_d2i(handle, NID_name_constraints, &found, nil) else {
+            _ = drainErrorQueue()
+            return found == -1
+        }
         let constraints = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
         defer { NAME_CONSTRAINTS_free(constraints) }
         guard let probe = X509_new(), X509_set_version(probe, 2) == 1 else { return false }
