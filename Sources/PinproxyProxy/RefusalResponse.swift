@@ -129,7 +129,7 @@ extension RefusalResponse {
             return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
         case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
             return "none needed: pinproxy could not reach \(host):\(page.port), which is not a policy decision."
-        default:
+        case .customCheck, .cleartextDenied, .badRequest:
             return nil
         }
     }

@@ -56,7 +56,7 @@ final class SharedState: Sendable {
     /// Sends a pin-failure report for `verdict`, when a certificate reason refused (or would
     /// have refused) the connection to `host`:`port`.
     func report(_ verdict: Verdict, host: TargetHost, port: UInt16) {
-        guard let reports, let reason = verdict.reason, reason.isCertificateReason else { return }
+        guard let reports, let reason = verdict.reason, reason.traits.isCertificateReason else { return }
         reports.submit(PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()), host: host, port: port)
     }
 
