@@ -47,13 +47,12 @@ extension ClientConnection {
         }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
-        let body = "pinproxy refused \(subject.map { "\($0.host):\($0.port)" } ?? "the request"): \(reason.rawValue)\n\(detail)\n"
-        let statusLine = RefusalResponse.statusLine(status: reason.traits.httpStatus, reason: reason, host: subject?.host.description)
-        let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+        let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason,
+                                                     target: subject.map { ($0.host.description, $0.port) }, detail: detail)
         clientSide.setReading(false)
         clientSide.discardInput()
         clientSide.setWriteLowWatermark(0)
-        clientSide.write(Array((head + body).utf8))
+        clientSide.write(answer)
         if clientSide.outputLength == 0 { close() }
     }
 
