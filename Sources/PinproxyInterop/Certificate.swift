@@ -37,9 +37,10 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     /// Parses one DER certificate; trailing bytes are an error.
     public convenience init(der: [UInt8]) throws {
         let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
-            var cursor = buffer.baseAddress
+            guard let start = buffer.baseAddress else { return nil }  // no bytes
+            var cursor = Optional(start)
             let cert = d2i_X509(nil, &cursor, buffer.count)
-            if let cert, let cursor, cursor != buffer.baseAddress! + buffer.count {
+            if let cert, cursor != start + buffer.count {
                 X509_free(cert)
                 return nil
             }
@@ -140,10 +141,10 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
             guard let name = pp_sk_GENERAL_NAME_value(names, index) else { continue }
             switch name.pointee.type {
             case GEN_DNS:
-                let value = name.pointee.d.dNSName!
+                guard let value = name.pointee.d.dNSName else { continue }
                 result.append("DNS:" + String(decoding: UnsafeBufferPointer(start: ASN1_STRING_get0_data(value), count: Int(ASN1_STRING_length(value))), as: UTF8.self))
             case GEN_IPADD:
-                let value = name.pointee.d.iPAddress!
+                guard let value = name.pointee.d.iPAddress else { continue }
                 let bytes = Array(UnsafeBufferPointer(start: ASN1_STRING_get0_data(value), count: Int(ASN1_STRING_length(value))))
                 result.append("IP:" + (IPAddress(bytes: bytes)?.description ?? "?"))
             default:

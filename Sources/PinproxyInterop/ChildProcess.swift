@@ -27,7 +27,7 @@ public enum ChildProcess {
     /// be started.
     public static func run(_ arguments: [String], environment: [String: String], input: [UInt8],
                            timeout: TimeInterval) throws -> Outcome {
-        precondition(!arguments.isEmpty, "ChildProcess.run needs an executable")
+        guard !arguments.isEmpty else { throw SystemError("ChildProcess.run without an executable", EINVAL) }
         // Pipes are made close-on-exec under the lock every spawn takes, so that no child
         // started by another thread inherits them.
         spawnLock.lock()
@@ -103,6 +103,7 @@ public enum ChildProcess {
             if ready < 0 && errno != EINTR { break }
             for entry in fds where entry.revents != 0 {
                 if entry.fd == writeEnd {
+                    // writeEnd is open while written < input.count: the input is not empty, so never nil.
                     let count = input.withUnsafeBytes { write(writeEnd, $0.baseAddress! + written, input.count - written) }
                     if count > 0 { written += count } else if count < 0 && errno != EAGAIN && errno != EINTR {
                         // The command stopped reading (it may decide without the whole chain).

@@ -27,7 +27,7 @@ public struct AccessLog: Sendable {
     /// field given twice keeps its last value).
     public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)]) {
         var values = [String?](repeating: nil, count: Field.allCases.count)
-        for (field, value) in fields { values[Self.rank[field]!] = value }
+        for (field, value) in fields { values[Self.rank[field]!] = value }  // `rank` holds every Field: never nil
         var line: [(String, String)] = [("time", rfc3339Milliseconds(Date())), ("level", LineFormat.levelName(level)), ("event", event)]
         line.reserveCapacity(3 + fields.count)
         for (index, value) in values.enumerated() {
