@@ -71,7 +71,7 @@ public enum ChildProcess {
     /// then at most `killGrace` for its killed process group. Throws when it cannot be started.
     public static func run(_ arguments: [String], environment: [String: String], input: [UInt8],
                            timeout: TimeInterval) throws -> Outcome {
-        precondition(!arguments.isEmpty, "ChildProcess.run needs an executable")
+        guard !arguments.isEmpty else { throw SystemError("ChildProcess.run without an executable", EINVAL) }
         reapLeftovers()
         var child = try spawn(arguments, environment: environment)
         defer { child.closeAll() }

@@ -151,7 +151,7 @@ extension ClientConnection {
         let entry = verdict?.entry ?? subject.entry
         let policy = entry?.policy
         let page = RefusalResponse.Page(
-            status: reason.httpStatus, reason: reason, detail: detail, host: subject.host.description, port: subject.port,
+            status: reason.traits.httpStatus, reason: reason, detail: detail, host: subject.host.description, port: subject.port,
             entry: entry?.name, configPath: config.path,
             presented: (verdict?.presented ?? []).map {
                 ($0.subject, Pin(digest: $0.publicKeySHA256).description, Pin(digest: $0.certificateSHA256).description)

@@ -135,7 +135,7 @@ public final class ProxyMetrics: Sendable {
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.refusals, help: Help.refusals),
-                labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
+                labels: [("host_pattern", hostPattern), ("reason", reason.traits.metricLabel),
                          ("mode", reportOnly ? "report_only" : "enforce")]
             )
             counters[key] = counter
@@ -262,7 +262,7 @@ public final class ProxyMetrics: Sendable {
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.connections, help: Help.connections),
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")]
+                labels: [("outcome", outcome.rawValue), ("reason", reason?.traits.metricLabel ?? "none")]
             )
             counters[key] = counter
             return counter
