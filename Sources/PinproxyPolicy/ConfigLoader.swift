@@ -20,7 +20,7 @@ public enum ConfigLoader {
     public static func load(path: String, now: Date = Date()) throws(ConfigError) -> Config {
         let bytes: [UInt8]
         do {
-            bytes = try FilePathBytes(path).read()
+            bytes = try FilePathBytes(path).read(.config)
         } catch {
             let why = switch error {
             case .missing: "no such config file"

@@ -46,7 +46,7 @@ struct PinCommand: ParsableCommand {
             let path = FilePathBytes.commandLineArgument(file)
             let bytes: [UInt8]
             do {
-                bytes = try path.read()
+                bytes = try path.read(.certificates)
             } catch {
                 printError("\(path): the file \(error)")
                 failed = true
