@@ -72,20 +72,22 @@ extension TrustStore {
     /// full, so leaving candidates out can only find another valid path, never accept an
     /// invalid one. When none verifies, the first path's problems are reported.
     ///
-    /// A chain that verified is remembered (`VerifiedChains`) for the same certificates and
-    /// CRLs, and given again while the time stays within every certificate's and CRL's
-    /// validity: a resumed connection presents its server's chain again, and X509_verify_cert
-    /// would repeat the same signature checks with the same outcome.
+    /// A chain that verified is remembered in `memory`, when given (`VerifiedChains`), for this
+    /// store and the same certificates and CRLs, and given again while the time stays within
+    /// every certificate's and CRL's validity: a resumed connection presents its server's chain
+    /// again, and X509_verify_cert would repeat the same signature checks with the same outcome.
     public func verify(
         leaf: Certificate,
         intermediates: [Certificate],
         at time: Date,
-        crls: [RevocationList]? = nil
+        crls: [RevocationList]? = nil,
+        remembering memory: VerifiedChains? = nil
     ) -> ChainVerification {
+        guard let memory else { return verifyUncached(leaf: leaf, intermediates: intermediates, at: time, crls: crls) }
         let key = VerifiedChains.Key(leaf: leaf, intermediates: intermediates, crls: crls)
-        if let known = verifiedChains.result(for: key, at: time) { return known }
+        if let known = memory.result(for: key, in: self, at: time) { return known }
         let result = verifyUncached(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
-        if result.isVerified { verifiedChains.remember(result, for: key, crls: crls ?? [], at: time) }
+        if result.isVerified { memory.remember(result, for: key, in: self, crls: crls ?? [], at: time) }
         return result
     }
 
@@ -256,14 +258,14 @@ final class ProblemCollector {
     }
 }
 
-/// The chains one `TrustStore` has verified, so that the same chain (a resumed connection's,
-/// or the next client's of the same server) is not verified again while nothing that decided
-/// it has changed. Keyed by the SHA-256 of every presented certificate, in order, and of every
-/// CRL; an entry answers only while the time is strictly inside every certificate's validity
-/// and every CRL's update window, and for `lifetime` at most. Only verified chains are kept:
-/// a failure is always worked out afresh, with all its problems. A reload builds new stores,
-/// and so starts empty.
-final class VerifiedChains: Sendable {
+/// The chains verified against the stores of one config generation, so that the same chain
+/// (a resumed connection's, or the next client's of the same server) is not verified again
+/// while nothing that decided it has changed. Per store, keyed by the SHA-256 of every
+/// presented certificate, in order, and of every CRL; an entry answers only while the time is
+/// strictly inside every certificate's and every CRL's validity, and for `lifetime` at most.
+/// Only verified chains are kept: a failure is always worked out afresh, with all its problems.
+/// The config generation owns it (a reload starts a new one, with its new stores).
+public final class VerifiedChains: Sendable {
     struct Key: Hashable, Sendable {
         let certificates: [[UInt8]]
         let crls: [[UInt8]]?
@@ -282,26 +284,34 @@ final class VerifiedChains: Sendable {
         let expires: TimeInterval
     }
 
-    private let entries = Locked<[Key: Entry]>([:])
-    /// Entries per store; when full, the store forgets them all and starts again.
+    /// One store's chains. It holds the store, so that no other store can take its identity.
+    private struct Remembered: Sendable {
+        let store: TrustStore
+        var entries: [Key: Entry] = [:]
+    }
+
+    private let stores = Locked<[ObjectIdentifier: Remembered]>([:])
+    /// Entries per store; when full, the store's are all forgotten and it starts again.
     static let capacity = 1024
     /// How long an entry answers at most (monotonic seconds).
     static let lifetime: TimeInterval = 300
 
-    func result(for key: Key, at time: Date) -> ChainVerification? {
+    public init() {}
+
+    func result(for key: Key, in store: TrustStore, at time: Date) -> ChainVerification? {
         let second = Date(timeIntervalSince1970: time.timeIntervalSince1970.rounded(.down))
         let now = ProcessLimits.monotonicSeconds()
-        return entries.withLock { entries -> ChainVerification? in
-            guard let entry = entries[key] else { return nil }
+        return stores.withLock { stores -> ChainVerification? in
+            guard let entry = stores[ObjectIdentifier(store)]?.entries[key] else { return nil }
             guard now < entry.expires else {
-                entries[key] = nil
+                stores[ObjectIdentifier(store)]?.entries[key] = nil
                 return nil
             }
             return entry.validAfter < second && second < entry.validUntil ? entry.result : nil
         }
     }
 
-    func remember(_ result: ChainVerification, for key: Key, crls: [RevocationList], at time: Date) {
+    func remember(_ result: ChainVerification, for key: Key, in store: TrustStore, crls: [RevocationList], at time: Date) {
         let presented = result.chain
         var validAfter = presented.map(\.notBefore).max() ?? .distantFuture
         var validUntil = presented.map(\.notAfter).min() ?? .distantPast
@@ -311,9 +321,11 @@ final class VerifiedChains: Sendable {
         }
         let entry = Entry(result: result, validAfter: validAfter, validUntil: validUntil,
                           expires: ProcessLimits.monotonicSeconds() + Self.lifetime)
-        entries.withLock { entries in
-            if entries.count >= Self.capacity { entries.removeAll() }
-            entries[key] = entry
+        stores.withLock { stores in
+            var remembered = stores[ObjectIdentifier(store)] ?? Remembered(store: store)
+            if remembered.entries.count >= Self.capacity { remembered.entries.removeAll() }
+            remembered.entries[key] = entry
+            stores[ObjectIdentifier(store)] = remembered
         }
     }
 }

@@ -12,8 +12,6 @@ public final class TrustStore: @unchecked Sendable {
 
     /// Whether the store also looks anchors up in OpenSSL's default directory, on demand.
     private let readsDefaultPaths: Bool
-    /// The chains verified against this store (see `verify`).
-    let verifiedChains = VerifiedChains()
 
     private init(handle: OpaquePointer, acceptsPartialChains: Bool, readsDefaultPaths: Bool = false) {
         self.handle = handle

@@ -10,6 +10,8 @@ public struct Config: Sendable {
     /// `[resolve]`: names that bypass DNS.
     public let resolve: [String: [IPAddress]]
     public let policies: PolicyTable
+    /// What the verdict reads besides an entry of `policies`: hand it in with the entry.
+    public let verdictContext: VerdictContext
     /// Warnings found at load time (the config is usable).
     public let warnings: [Diagnostic]
 }

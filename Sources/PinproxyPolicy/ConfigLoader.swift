@@ -110,10 +110,14 @@ public enum ConfigLoader {
         guard let config, !load.findings.hasErrors else {
             throw ConfigError(diagnostics: diagnostics.filter { $0.severity == .error }.sorted { $0.line < $1.line })
         }
-        if case .failure(let error) = publicSuffixes.result() {
+        let publicSuffixList: PublicSuffixList
+        switch publicSuffixes.result() {
+        case .success(let list): publicSuffixList = list
+        case .failure(let error):
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: error.description)])
         }
         return Config(path: path, proxy: config.proxy, resolve: config.resolve, policies: config.policies,
+                      verdictContext: VerdictContext(publicSuffixes: publicSuffixList),
                       warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
     }
 }

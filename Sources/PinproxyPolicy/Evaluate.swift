@@ -18,7 +18,8 @@ public enum TrustEvaluator {
     }
 
     /// Decides whether `entry` admits a connection to `host`:`port` given the server's
-    /// presentation at `time`. Checks, in order:
+    /// presentation at `time`, with the public suffix list and chain memory of `context` (the
+    /// config generation `entry` belongs to). Checks, in order:
     /// 1. `action = "deny"` → host-denied; a port outside `ports` → port-denied (under
     ///    `enforce = false` the evaluation goes on, so every would-be refusal is listed);
     ///    `allow-insecure` → allow with no further check.
@@ -26,82 +27,102 @@ public enum TrustEvaluator {
     ///    server, security level 2, partial chains for listed and pinned anchors, the entry's
     ///    CRLs), and the host against every CA's name constraints; skipped under `trust = "none"`.
     ///    Then the web-PKI rules beyond OpenSSL (`WebPKIProfile`) on the chain OpenSSL verified.
-    /// 3. A required OCSP staple.
+    /// 3. Revocation: the entry's CRLs (OpenSSL's problems) or a required OCSP staple.
     /// 4. The host against the leaf's subjectAltName (DNS, or IP for IP literals).
     /// 5. The pins against the verified chain, any position (only the leaf under `trust = "none"`),
     ///    unless `expires` has passed.
-    /// Every failure is kept; the verdict names the most important. With `enforce = false`,
-    /// pin-mismatch, revocation-unknown, host-denied and port-denied become report-only (never
-    /// a silent allow); any other failure still refuses, and names the verdict.
+    /// 6. The entry's `verify_command`, not reached here: the caller runs it (`adding`).
+    /// Every check's result is kept (`Verdict.checks`); the verdict names the most important
+    /// failure. With `enforce = false`, pin-mismatch, revocation-unknown, host-denied and
+    /// port-denied become report-only (never a silent allow); any other failure still refuses,
+    /// and names the verdict.
     public static func evaluate(
         _ presentation: Presentation,
         host: TargetHost,
         port: UInt16,
         entry: PolicyEntry,
+        context: VerdictContext,
         at time: Date
     ) -> Verdict {
         let policy = entry.policy
-        var failures: [Verdict.Failure] = []
+        var checks = requestChecks(port: port, entry: entry)
         var notes: [String] = []
         var verified: [Certificate] = []
         var pathVerified = false
         var pinCheck = Verdict.PinCheck.notReached
 
-        func finish() -> Verdict {
-            failures.sort { $0.reason < $1.reason }
+        /// The verdict on `checks`, with `rest` for each check not made.
+        func finish(_ rest: CheckResult.Status) -> Verdict {
+            let made = Set(checks.map(\.check))
+            let unmade = ([.chain] + WebPKIProfile.applicableRules(policy: policy, chain: verified).map { .rule($0.name) }
+                          + [.revocation, .hostName, .pins, .customCheck]).filter { !made.contains($0) }
+            checks += unmade.map { CheckResult($0, rest == .notReached ? Self.unreached($0, policy: policy) : rest) }
+            let failures = Verdict.failures(of: checks)
             let outcome = Self.outcome(failures, policy: policy, notes: &notes)
-            return Verdict(outcome: outcome, entry: entry, failures: failures, presented: presentation.chain,
+            return Verdict(outcome: outcome, entry: entry, checks: checks, presented: presentation.chain,
                            verified: verified, pathVerified: pathVerified, pinCheck: pinCheck, notes: notes)
         }
 
         // Report-only request failures do not end the evaluation: the operator sees everything
         // that would refuse the connection.
-        let requestFailures = requestChecks(port: port, entry: entry)
-        failures += requestFailures
-        if !requestFailures.isEmpty && policy.enforce { return finish() }
+        if checks.contains(where: { $0.status == .failed }) && policy.enforce { return finish(.notReached) }
         if policy.action == .allowInsecure {
             notes.append("\(entry.name) has action = \"allow-insecure\": no certificate check was made")
-            return finish()
+            return finish(.notChecked)
         }
         guard let leaf = presentation.chain.first else {
-            failures.append(.init(.untrustedChain, "the server presented no certificate"))
-            return finish()
+            checks.append(CheckResult(.chain, found: [.init(.untrustedChain, "the server presented no certificate")]))
+            return finish(.notReached)
         }
 
-        // 2. The chain.
-        let failuresBeforeChain = failures.count
+        // 2. The chain, and the revocation problems OpenSSL found with the entry's CRLs.
+        var chainFailures: [Verdict.Failure] = []
+        var revocationFailures: [Verdict.Failure] = []
         if let store = policy.trust.store {
             let crls: [RevocationList]? = if case .crl(let lists) = policy.revocation { lists } else { nil }
             let verification = store.verify(leaf: leaf, intermediates: Array(presentation.chain.dropFirst()),
-                                            at: time, crls: crls)
+                                            at: time, crls: crls, remembering: context.verifiedChains)
             verified = verification.chain
             pathVerified = verification.isVerified
             for problem in verification.problems {
-                failures.append(.init(reason(for: problem.kind), problem.description))
+                let failure = Verdict.Failure(reason(for: problem.kind), problem.description)
+                switch problem.kind {
+                case .revoked, .revocationUnknown: revocationFailures.append(failure)
+                case .expired, .notYetValid, .untrusted: chainFailures.append(failure)
+                }
             }
             // Name constraints bind the host itself, not just the names the leaf carries (a
             // wildcard may cover an excluded name). A host the leaf does not name at all is a
             // hostname-mismatch, reported below.
             if policy.validateHost, case .name(let name) = host, leaf.matchesHostName(name) {
                 for issuer in verified.dropFirst() where !issuer.nameConstraintsPermit(dnsName: name) {
-                    failures.append(.init(.untrustedChain, "the name constraints of \(issuer.subject) do not permit \(name)"))
+                    chainFailures.append(.init(.untrustedChain, "the name constraints of \(issuer.subject) do not permit \(name)"))
                 }
             }
+            checks.append(CheckResult(.chain, found: chainFailures))
         } else {
             verified = [leaf]
             notes.append("trust = \"none\": the chain was not verified; only the leaf may match a pin")
+            checks.append(CheckResult(.chain, .notChecked))
         }
         // 2b. The web-PKI rules beyond OpenSSL, on the chain it verified (or the leaf alone
         // under trust = "none"); each failure names its rule.
-        if failures.count == failuresBeforeChain {
-            failures += WebPKIProfile.failures(chain: verified, host: host, policy: policy)
+        let rules = WebPKIProfile.applicableRules(policy: policy, chain: verified)
+        if chainFailures.isEmpty && revocationFailures.isEmpty {
+            checks += WebPKIProfile.checks(rules, chain: verified, host: host, policy: policy, publicSuffixes: context.publicSuffixes)
+        } else {
+            checks += rules.map { CheckResult(.rule($0.name), .notReached) }
         }
 
-        // 3. OCSP staple.
-        if case .ocspStaple = policy.revocation {
-            if let failure = checkStaple(presentation.ocspStaple, verified: verified, at: time) {
-                failures.append(failure)
-            }
+        // 3. Revocation.
+        switch policy.revocation {
+        case .off:
+            checks.append(CheckResult(.revocation, .notChecked))
+        case .crl:
+            checks.append(CheckResult(.revocation, policy.trust.store == nil ? .notChecked : revocationFailures.isEmpty ? .passed : .failed,
+                                      failures: revocationFailures))
+        case .ocspStaple:
+            checks.append(CheckResult(.revocation, found: checkStaple(presentation.ocspStaple, verified: verified, at: time).map { [$0] } ?? []))
         }
 
         // 4. The host.
@@ -111,10 +132,10 @@ public enum TrustEvaluator {
             case .name(let name): matches = leaf.matchesHostName(name)
             case .ip(let address): matches = leaf.matchesIPAddress(address)
             }
-            if !matches {
-                let names = leaf.subjectAlternativeNames
-                failures.append(.init(.hostnameMismatch, "\(host) is not among the leaf's subjectAltNames (\(names.isEmpty ? "none" : names.joined(separator: ", ")))"))
-            }
+            let names = leaf.subjectAlternativeNames
+            checks.append(CheckResult(.hostName, found: matches ? [] : [.init(.hostnameMismatch, "\(host) is not among the leaf's subjectAltNames (\(names.isEmpty ? "none" : names.joined(separator: ", ")))")]))
+        } else {
+            checks.append(CheckResult(.hostName, .notChecked))
         }
 
         // 5. The pins.
@@ -122,13 +143,31 @@ public enum TrustEvaluator {
         switch pinCheck {
         case .noMatch:
             let scope = policy.trust.store == nil ? "the leaf" : "the verified chain"
-            failures.append(.init(.pinMismatch, "none of the \(policy.pins.count) \(policy.pinKind.rawValue) pin(s) matches \(scope)"))
+            checks.append(CheckResult(.pins, found: [.init(.pinMismatch, "none of the \(policy.pins.count) \(policy.pinKind.rawValue) pin(s) matches \(scope)")]))
         case .expired(let date):
             notes.append("pins expired on \(date) and were not enforced")
-        default:
-            break
+            checks.append(CheckResult(.pins, .notChecked))
+        case .notPinned:
+            checks.append(CheckResult(.pins, .notChecked))
+        case .matched:
+            checks.append(CheckResult(.pins, .passed))
+        case .notReached:
+            checks.append(CheckResult(.pins, .notReached))
         }
-        return finish()
+        return finish(.notReached)
+    }
+
+    /// How a check the evaluation did not get to stands: not checked when the entry turns it
+    /// off anyway, else not reached.
+    static func unreached(_ check: CheckResult.Check, policy: HostPolicy) -> CheckResult.Status {
+        switch check {
+        case .chain: return policy.trust.store == nil ? .notChecked : .notReached
+        case .revocation: if case .off = policy.revocation { return .notChecked } else { return .notReached }
+        case .hostName: return policy.validateHost ? .notReached : .notChecked
+        case .pins: return policy.pinKind == .none ? .notChecked : .notReached
+        case .customCheck: return policy.action == .verify && policy.verifyCommand != nil ? .notReached : .notChecked
+        case .action, .ports, .rule: return .notReached
+        }
     }
 
     /// The outcome of `failures` (sorted, most important first) under `policy`: allow without
@@ -153,37 +192,34 @@ public enum TrustEvaluator {
     /// and decides the outcome like any other failure. It can only refuse more: a passed check
     /// returns `verdict` unchanged.
     public static func adding(_ check: CustomCheckResult, to verdict: Verdict) -> Verdict {
-        guard !check.passed else { return verdict }
-        var failures = verdict.failures + [Verdict.Failure(.customCheck, check.detail)]
-        failures.sort { $0.reason < $1.reason }
+        let result = CheckResult(.customCheck, found: check.passed ? [] : [Verdict.Failure(.customCheck, check.detail)])
+        let checks = verdict.checks.map { $0.check == .customCheck ? result : $0 }
         var notes = verdict.notes
-        let outcome = Self.outcome(failures, policy: verdict.entry.policy, notes: &notes)
-        return Verdict(outcome: outcome, entry: verdict.entry, failures: failures, presented: verdict.presented,
+        let outcome = check.passed ? verdict.outcome : Self.outcome(Verdict.failures(of: checks), policy: verdict.entry.policy, notes: &notes)
+        return Verdict(outcome: outcome, entry: verdict.entry, checks: checks, presented: verdict.presented,
                        verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: notes)
     }
 
     /// The part of the decision that needs no connection: host-denied and port-denied (and
     /// their report-only forms). The proxy calls it before resolving; nil means go on.
     public static func evaluateRequest(port: UInt16, entry: PolicyEntry) -> Verdict? {
-        let failures = requestChecks(port: port, entry: entry)
-        guard let first = failures.first else { return nil }
+        let checks = requestChecks(port: port, entry: entry)
+        guard let first = Verdict.failures(of: checks).first else { return nil }
         let outcome: Verdict.Outcome = entry.policy.enforce ? .refuse(first.reason) : .reportOnly(first.reason)
-        return Verdict(outcome: outcome, entry: entry, failures: failures, presented: [], verified: [],
+        return Verdict(outcome: outcome, entry: entry, checks: checks, presented: [], verified: [],
                        pathVerified: false, pinCheck: .notReached, notes: [])
     }
 
-    /// host-denied and port-denied, in that order.
-    private static func requestChecks(port: UInt16, entry: PolicyEntry) -> [Verdict.Failure] {
+    /// The action (host-denied) and the ports (port-denied), in that order.
+    private static func requestChecks(port: UInt16, entry: PolicyEntry) -> [CheckResult] {
         let policy = entry.policy
-        var failures: [Verdict.Failure] = []
-        if policy.action == .deny {
-            failures.append(.init(.hostDenied, "\(entry.name) has action = \"deny\""))
-        }
+        let denied: [Verdict.Failure] = policy.action == .deny ? [.init(.hostDenied, "\(entry.name) has action = \"deny\"")] : []
+        var outside: [Verdict.Failure] = []
         if !policy.ports.contains(port) {
             let allowed = policy.ports.sorted().map(String.init).joined(separator: ", ")
-            failures.append(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
+            outside.append(.init(.portDenied, "port \(port) is not allowed for \(entry.name) (allowed: \(allowed))"))
         }
-        return failures
+        return [CheckResult(.action, found: denied), CheckResult(.ports, found: outside)]
     }
 
     static func reason(for kind: ChainProblem.Kind) -> RefusalReason {

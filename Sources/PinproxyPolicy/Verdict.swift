@@ -40,7 +40,9 @@ public struct Verdict: Sendable {
 
     public let outcome: Outcome
     public let entry: PolicyEntry
-    /// Every failure found, most important first.
+    /// Each check the verdict made, in order, with what it found.
+    public let checks: [CheckResult]
+    /// Every failure the checks found, most important first.
     public let failures: [Failure]
     /// The chain as the server presented it, leaf first.
     public let presented: [Certificate]
@@ -52,6 +54,24 @@ public struct Verdict: Sendable {
     public let pinCheck: PinCheck
     /// Facts worth logging that are not failures (allow-insecure, expired pins).
     public let notes: [String]
+
+    init(outcome: Outcome, entry: PolicyEntry, checks: [CheckResult], presented: [Certificate], verified: [Certificate],
+         pathVerified: Bool, pinCheck: PinCheck, notes: [String]) {
+        self.outcome = outcome
+        self.entry = entry
+        self.checks = checks
+        self.failures = Self.failures(of: checks)
+        self.presented = presented
+        self.verified = verified
+        self.pathVerified = pathVerified
+        self.pinCheck = pinCheck
+        self.notes = notes
+    }
+
+    /// Every failure of `checks`, most important first (in check order within a reason).
+    static func failures(of checks: [CheckResult]) -> [Failure] {
+        checks.flatMap(\.failures).sorted { $0.reason < $1.reason }
+    }
 
     /// The reason the connection is (or would be) refused, if any.
     public var reason: RefusalReason? {

@@ -91,6 +91,8 @@ final class ClientConnection {
         let host: TargetHost
         let port: UInt16
         let entry: PolicyEntry
+        /// What the verdict reads besides `entry`, from the same config generation.
+        let context: VerdictContext
 
         var description: String { "\(host):\(port)" }
     }

@@ -14,7 +14,8 @@ extension ClientConnection {
         connection.setReading(false)
         let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple)
         let started = Date()
-        let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry, at: Date())
+        let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
+                                              context: destination.context, at: Date())
         worker.shared.metrics.verificationLatency(Date().timeIntervalSince(started))
         guard verdict.allowsConnection else {
             if connection.sessionReused { worker.shared.sessions.remove(sessionKey(for: destination)) }

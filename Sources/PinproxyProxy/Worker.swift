@@ -52,7 +52,7 @@ final class SharedState: Sendable {
                 // The collector is verified like any other host, under the policy in force now.
                 let config = policy.config
                 return TrustEvaluator.evaluate(.init(chain: chain), host: host, port: port,
-                                               entry: config.policies.lookup(host), at: Date())
+                                               entry: config.policies.lookup(host), context: config.verdictContext, at: Date())
             },
             resolve: { [policy] host in policy.config.resolve[host]?.first?.description ?? host },
             log: { [log] warning, detail in log.emit(warning ? .warning : .error, "report-failed", [(.detail, detail)]) })

@@ -100,8 +100,17 @@ struct DiagnoseCommand: ParsableCommand {
             throw ExitCode(1)
         }
         print("OCSP staple: " + (handshake.staple.map { "sent (\($0.count) bytes)" } ?? "not sent"))
+        let context: VerdictContext
+        if let loaded {
+            context = loaded.verdictContext
+        } else {
+            do { context = VerdictContext(publicSuffixes: try PublicSuffixList.loadSystem()) } catch {
+                printError(error.description)
+                throw ExitCode(2)
+            }
+        }
         let verdict = TrustEvaluator.evaluate(.init(chain: handshake.chain, ocspStaple: handshake.staple),
-                                              host: host, port: port, entry: entry, at: Date())
+                                              host: host, port: port, entry: entry, context: context, at: Date())
         print("")
         printChain(handshake.chain, verdict: verdict)
         print("")
@@ -160,52 +169,77 @@ struct DiagnoseCommand: ParsableCommand {
         }
     }
 
+    /// The verdict's checks, a line for each part of the policy: the request (when it failed),
+    /// trust (the chain and the web-PKI rules on it), the host name (with the rules on the
+    /// names), pins and revocation, then the TLS version the handshake negotiated.
     func printChecks(_ verdict: Verdict, entry: PolicyEntry, negotiated: String, configured: Bool) {
         let policy = entry.policy
-        let reasons = Set(verdict.failures.map(\.reason))
-        func details(_ wanted: Set<RefusalReason>) -> String {
-            verdict.failures.filter { wanted.contains($0.reason) }.map(\.description).joined(separator: "; ")
+        var lines: [Line: [Verdict.Failure]] = [:]
+        var statuses: [Line: CheckResult.Status] = [:]
+        for result in verdict.checks {
+            let line = Line(result)
+            lines[line, default: []] += result.failures
+            if case .rule = result.check {} else { statuses[line] = result.status }
+        }
+        func failures(_ line: Line) -> String? {
+            guard let found = lines[line], !found.isEmpty else { return nil }
+            return found.sorted { $0.reason < $1.reason }.map(\.description).joined(separator: "; ")
         }
         func line(_ check: String, _ state: String, _ text: String) {
             print("  \(check.padding(toLength: 11, withPad: " ", startingAt: 0)) \(state.padding(toLength: 11, withPad: " ", startingAt: 0)) \(text)")
         }
         print(configured ? "policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") : "policy: none given; the system trust store and the host name")
-        let request: Set<RefusalReason> = [.hostDenied, .portDenied]
-        if !reasons.isDisjoint(with: request) { line("request", "FAIL", details(request)) }
+        if let request = failures(.request) { line("request", "FAIL", request) }
         if policy.action == .allowInsecure {
             line("checks", "skipped", "action = \"allow-insecure\": the daemon checks nothing for this host")
         } else {
-            let chain: Set<RefusalReason> = [.untrustedChain, .certificateExpired, .certificateNotYetValid]
-            if case .none = policy.trust {
+            if statuses[.trust] == .notChecked {
                 line("trust", "not checked", "trust = \"none\": only the pinned leaf protects this entry")
-            } else if reasons.isDisjoint(with: chain) {
+            } else if let trust = failures(.trust) {
+                line("trust", "FAIL", trust)
+            } else {
                 line("trust", "pass", "verified to \(verdict.verified.last?.subject ?? "-") (trust \(policy.trust.name))")
-            } else {
-                line("trust", "FAIL", details(chain))
             }
-            if !policy.validateHost {
+            if statuses[.hostName] == .notChecked {
                 line("host name", "not checked", "validate_host = false")
+            } else if let hostName = failures(.hostName) {
+                line("host name", "FAIL", hostName)
             } else {
-                line("host name", reasons.contains(.hostnameMismatch) ? "FAIL" : "pass",
-                     reasons.contains(.hostnameMismatch) ? details([.hostnameMismatch]) : "\(verdict.presented.first?.subjectAlternativeNames.joined(separator: ", ") ?? "") covers the host")
+                line("host name", "pass", "\(verdict.presented.first?.subjectAlternativeNames.joined(separator: ", ") ?? "") covers the host")
             }
             switch verdict.pinCheck {
             case .notPinned: line("pins", "none", "the entry pins nothing")
             case .expired(let date): line("pins", "not checked", "the pins expired after \(date)")
             case .matched(let pin, let position): line("pins", "pass", "\(pin) matched [\(position)] \(verdict.verified[position].subject)")
-            case .noMatch: line("pins", "FAIL", details([.pinMismatch]))
+            case .noMatch: line("pins", "FAIL", failures(.pins) ?? "")
             case .notReached: line("pins", "not checked", "the checks before them failed")
             }
-            let revocation: Set<RefusalReason> = [.revoked, .revocationUnknown]
             if case .off = policy.revocation {
                 line("revocation", "off", "")
             } else {
-                line("revocation", reasons.isDisjoint(with: revocation) ? "pass" : "FAIL",
-                     reasons.isDisjoint(with: revocation) ? policy.revocation.name : details(revocation))
+                line("revocation", failures(.revocation) == nil ? "pass" : "FAIL", failures(.revocation) ?? policy.revocation.name)
             }
             line("min_tls", "pass", "\(policy.minTLS.rawValue): negotiated \(negotiated)")
         }
         print("verdict: \(verdict.summary)")
+    }
+
+    /// The line of `printChecks` a check shows on. A web-PKI rule shows with what it protects:
+    /// the names the host check relies on, or the chain.
+    enum Line: Hashable {
+        case request, trust, hostName, pins, revocation, customCheck
+
+        init(_ result: CheckResult) {
+            switch result.check {
+            case .action, .ports: self = .request
+            case .chain: self = .trust
+            case .rule: self = result.failures.contains { $0.reason == .hostnameMismatch } ? .hostName : .trust
+            case .hostName: self = .hostName
+            case .pins: self = .pins
+            case .revocation: self = .revocation
+            case .customCheck: self = .customCheck
+            }
+        }
     }
 
     /// The `[default]` that `diagnose` applies without a config: the system store, the name checked.

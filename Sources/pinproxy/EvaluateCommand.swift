@@ -59,7 +59,7 @@ struct EvaluateCommand: ParsableCommand {
 
         let entry = loaded.policies.lookup(target)
         var verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
-                                              host: target, port: UInt16(port), entry: entry, at: time)
+                                              host: target, port: UInt16(port), entry: entry, context: loaded.verdictContext, at: time)
         if TrustEvaluator.needsCustomCheck(verdict), let command = entry.policy.verifyCommand {
             // As the daemon does: the verified chain on stdin, after the built-in checks passed.
             let check = CustomChecks.run(command, host: target.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),

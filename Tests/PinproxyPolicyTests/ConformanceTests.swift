@@ -137,7 +137,14 @@ final class ConformanceTests: XCTestCase {
         // evaluation time keeps the run reproducible.
         let time = testcase.validationTime.map(parseTime) ?? evaluationTime
         let entry = PolicyEntry(pattern: HostPattern(name.value), name: "limbo", line: 0, policy: policy)
-        let verdict = TrustEvaluator.evaluate(.init(chain: [leaf] + intermediates), host: host, port: 443, entry: entry, at: time)
+        let context: VerdictContext
+        do {
+            context = VerdictContext(publicSuffixes: try PublicSuffixList.loadSystem())
+        } catch {
+            return Outcome(allowed: false, detail: "no public suffix list: \(error)")
+        }
+        let verdict = TrustEvaluator.evaluate(.init(chain: [leaf] + intermediates), host: host, port: 443, entry: entry,
+                                              context: context, at: time)
         return Outcome(allowed: verdict.allowsConnection, detail: verdict.failures.map(\.description).joined(separator: "; "))
     }
 

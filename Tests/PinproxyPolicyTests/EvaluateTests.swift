@@ -140,7 +140,8 @@ final class EvaluateTests: XCTestCase {
     func testEmptyChain() throws {
         let config = try pki.loadConfig(Self.apiEntry())
         let host = TargetHost("api.test")!
-        let verdict = TrustEvaluator.evaluate(.init(chain: []), host: host, port: 443, entry: config.policies.lookup(host), at: evaluationTime)
+        let verdict = TrustEvaluator.evaluate(.init(chain: []), host: host, port: 443, entry: config.policies.lookup(host),
+                                              context: config.verdictContext, at: evaluationTime)
         XCTAssertEqual(verdict.summary, "refuse: untrusted-chain")
         XCTAssertEqual(verdict.failures.map(\.description), ["untrusted-chain: the server presented no certificate"])
     }
@@ -588,8 +589,9 @@ final class EvaluateTests: XCTestCase {
     func testVerifiedPathIsOnlyWhatOpenSSLVerified() throws {
         func path(_ config: String, _ chain: [Certificate]) throws -> [String]? {
             let target = try XCTUnwrap(TargetHost("api.test"))
-            let entry = try pki.loadConfig(config).policies.lookup(target)
-            let verdict = TrustEvaluator.evaluate(.init(chain: chain), host: target, port: 443, entry: entry, at: evaluationTime)
+            let loaded = try pki.loadConfig(config)
+            let verdict = TrustEvaluator.evaluate(.init(chain: chain), host: target, port: 443, entry: loaded.policies.lookup(target),
+                                                  context: loaded.verdictContext, at: evaluationTime)
             XCTAssertEqual(verdict.presented.count, chain.count)
             return verdict.verifiedPath.map { $0.map { Pin(digest: $0.publicKeySHA256).description } }
         }
@@ -616,12 +618,13 @@ final class EvaluateTests: XCTestCase {
         let policy = try HostPolicy(settings)
         let entry = PolicyEntry(pattern: HostPattern("api.test"), name: "hosts.\"api.test\"", line: 0, policy: policy)
         let chain = TrustEvaluator.Presentation(chain: try pki.certificates("api-chain.pem"))
+        let context = VerdictContext(publicSuffixes: try PublicSuffixList.loadSystem())
         for _ in 0..<2 {
-            let verdict = TrustEvaluator.evaluate(chain, host: TargetHost("api.test")!, port: 443, entry: entry, at: evaluationTime)
+            let verdict = TrustEvaluator.evaluate(chain, host: TargetHost("api.test")!, port: 443, entry: entry, context: context, at: evaluationTime)
             XCTAssertEqual(verdict.summary, "allow")
             XCTAssertEqual(verdict.pinCheck, .matched(Pin(pki.certPin("int-a"))!, position: 1))
         }
-        let other = TrustEvaluator.evaluate(chain, host: TargetHost("www.api.test")!, port: 80, entry: entry, at: evaluationTime)
+        let other = TrustEvaluator.evaluate(chain, host: TargetHost("www.api.test")!, port: 80, entry: entry, context: context, at: evaluationTime)
         XCTAssertEqual(other.failures.map(\.description), ["port-denied: port 80 is not allowed for hosts.\"api.test\" (allowed: 443)"])
     }
 

@@ -165,7 +165,8 @@ final class PKI: Sendable {
         guard let target = TargetHost(host) else { throw FixtureError(description: "\(host) is not a host") }
         let loaded = try loadConfig(config, now: time)
         let presentation = TrustEvaluator.Presentation(chain: try certificates(chain), ocspStaple: try staple.map(bytes))
-        return TrustEvaluator.evaluate(presentation, host: target, port: port, entry: loaded.policies.lookup(target), at: time)
+        return TrustEvaluator.evaluate(presentation, host: target, port: port, entry: loaded.policies.lookup(target),
+                                       context: loaded.verdictContext, at: time)
     }
 }
 

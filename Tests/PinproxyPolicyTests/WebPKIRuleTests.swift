@@ -95,7 +95,8 @@ final class WebPKIRuleTests: XCTestCase {
                                            directory: workspace.directory, now: time)
         let target = try XCTUnwrap(TargetHost(host))
         let presented = try Certificate.parseAll(Array(try Data(contentsOf: URL(fileURLWithPath: workspace.directory + "/" + chain))))
-        return TrustEvaluator.evaluate(.init(chain: presented), host: target, port: 443, entry: config.policies.lookup(target), at: time)
+        return TrustEvaluator.evaluate(.init(chain: presented), host: target, port: 443, entry: config.policies.lookup(target),
+                                       context: config.verdictContext, at: time)
     }
 
     /// Asserts a refusal with `reason` whose detail names `rule`.

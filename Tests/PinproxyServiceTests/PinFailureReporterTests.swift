@@ -10,7 +10,7 @@ final class PinFailureReporterTests: XCTestCase {
     private func verdict() throws -> Verdict {
         let config = try ConfigLoader.loadEmbedded()
         return TrustEvaluator.evaluate(.init(chain: []), host: TargetHost("api.test")!, port: 443,
-                                       entry: config.policies.defaultEntry, at: Date())
+                                       entry: config.policies.defaultEntry, context: config.verdictContext, at: Date())
     }
 
     private func reporter(_ path: String, _ metrics: ProxyMetrics, verdict: Verdict) -> PinFailureReporter {

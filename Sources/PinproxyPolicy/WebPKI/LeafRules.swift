@@ -109,10 +109,7 @@ struct WildcardPublicSuffixRule: ProfileRule {
             return name.lowercased()
         }
         guard !names.contains(host), let wildcard = names.first(where: { $0 == "*." + parent }) else { return [] }
-        guard let suffixes = PublicSuffixList.current else {
-            return ["the public suffix list is not loaded, so the leaf's wildcard \"\(wildcard)\" cannot be checked"]
-        }
-        guard suffixes.isPublicSuffix(String(parent)) else { return [] }
+        guard chain.publicSuffixes.isPublicSuffix(String(parent)) else { return [] }
         return ["the leaf's wildcard \"\(wildcard)\" covers the public suffix \"\(parent)\""]
     }
 }

@@ -44,6 +44,8 @@ struct ReviewedChain {
     let host: TargetHost
     /// The entry's CRLs under `revocation = "crl"`.
     let crls: [RevocationList]
+    /// The list loaded with the config the entry belongs to.
+    let publicSuffixes: PublicSuffixList
 
     var leaf: Certificate { certificates[0] }
 
@@ -91,29 +93,37 @@ public enum WebPKIProfile {
     /// The name of every rule, in the order they run.
     public static var ruleNames: [String] { rules.map(\.name) }
 
-    /// The failures of every rule that applies to `chain` (verified by OpenSSL, leaf first)
-    /// under `policy`; empty when the chain meets them all.
-    static func failures(chain: [Certificate], host: TargetHost, policy: HostPolicy) -> [Verdict.Failure] {
-        guard !chain.isEmpty else { return [] }
-        let anchors: ReviewedChain.Anchors
+    /// The rules that apply under `policy` to `chain` (verified by OpenSSL, leaf first; empty
+    /// when no chain was verified), in the order they run.
+    static func applicableRules(policy: HostPolicy, chain: [Certificate]) -> [any ProfileRule] {
+        let anchors = anchors(policy: policy, chain: chain)
+        return rules.filter { applies($0.scope, anchors: anchors, policy: policy) }
+    }
+
+    /// The result of each of `rules` on `chain` (verified by OpenSSL, leaf first); each failure
+    /// names its rule.
+    static func checks(_ rules: [any ProfileRule], chain: [Certificate], host: TargetHost, policy: HostPolicy,
+                       publicSuffixes: PublicSuffixList) -> [CheckResult] {
+        guard !chain.isEmpty else { return rules.map { CheckResult(.rule($0.name), .notReached) } }
+        let crls: [RevocationList] = if case .crl(let lists) = policy.revocation { lists } else { [] }
+        let reviewed = ReviewedChain(certificates: chain, anchors: anchors(policy: policy, chain: chain), host: host, crls: crls,
+                                     publicSuffixes: publicSuffixes)
+        return rules.map { rule in
+            CheckResult(.rule(rule.name), found: rule.problems(in: reviewed).map { .init(rule.reason, "rule \(rule.name): \($0)") })
+        }
+    }
+
+    /// Where the anchor of `chain` comes from under `policy`.
+    static func anchors(policy: HostPolicy, chain: [Certificate]) -> ReviewedChain.Anchors {
         switch policy.trust {
-        case .system: anchors = .system
-        case .anchors: anchors = .listed
+        case .system: return .system
+        case .anchors: return .listed
         case .systemAndListed(_, let listed):
             // The anchor rules hold a listed anchor to them, never a root of the system store.
-            anchors = chain.last.map { anchor in listed.contains { $0 == anchor } } == true ? .listed : .system
-        case .pinned: anchors = .pinned
-        case .none: anchors = .unverified
+            return chain.last.map { anchor in listed.contains { $0 == anchor } } == true ? .listed : .system
+        case .pinned: return .pinned
+        case .none: return .unverified
         }
-        let crls: [RevocationList] = if case .crl(let lists) = policy.revocation { lists } else { [] }
-        let reviewed = ReviewedChain(certificates: chain, anchors: anchors, host: host, crls: crls)
-        var failures: [Verdict.Failure] = []
-        for rule in rules where applies(rule.scope, anchors: anchors, policy: policy) {
-            for problem in rule.problems(in: reviewed) {
-                failures.append(.init(rule.reason, "rule \(rule.name): \(problem)"))
-            }
-        }
-        return failures
     }
 
     static func applies(_ scope: RuleScope, anchors: ReviewedChain.Anchors, policy: HostPolicy) -> Bool {

@@ -1,8 +1,9 @@
 import Foundation
+import PinproxyInterop
 
 /// The public suffix list (publicsuffix.org), as Debian's `publicsuffix` package installs it.
-/// Read at config load (start and every reload), never on an event loop; the verdict reads the
-/// copy loaded last.
+/// Read at config load (start and every reload), never on an event loop, and handed to the
+/// verdict with the config (`VerdictContext`).
 public final class PublicSuffixList: Sendable {
     /// Where Debian's `publicsuffix` package puts the list.
     public static let systemPath = "/usr/share/publicsuffix/public_suffix_list.dat"
@@ -69,49 +70,18 @@ public final class PublicSuffixList: Sendable {
         }
     }
 
-    private static let latest = LatestList()
+    /// The list `loadSystem` read last and what identifies its file (path, modification time, size).
+    private static let lastRead = Locked<(list: PublicSuffixList, stamp: String)?>(nil)
 
-    /// The list loaded last; loaded from `systemPath` on first use if no load happened (tests
-    /// and tools that build policies by hand), nil when that fails.
-    static var current: PublicSuffixList? { latest.get() }
-
-    /// Reads the system list and makes it the one the verdict uses; a file unchanged since the
-    /// last load (same modification time and size) is not parsed again. The config loader calls it.
-    public static func loadSystem(path: String = systemPath) throws(PublicSuffixListError) {
+    /// Reads the system list; a file unchanged since the last read (same modification time
+    /// and size) is not parsed again. The config loader calls it, off the event loop.
+    public static func loadSystem(path: String = systemPath) throws(PublicSuffixListError) -> PublicSuffixList {
         let attributes = try? FileManager.default.attributesOfItem(atPath: path)
         let stamp = (attributes?[.modificationDate] as? Date).map { "\(path) \($0.timeIntervalSince1970) \(attributes?[.size] ?? 0)" }
-        if let stamp, latest.stamp == stamp { return }
-        latest.set(try PublicSuffixList(contentsOf: path), stamp: stamp)
-    }
-
-    private final class LatestList: @unchecked Sendable {
-        private let lock = NSLock()
-        private var list: PublicSuffixList?
-        private var attempted = false
-        /// What identifies the file `list` was read from (path, modification time, size).
-        private var loadedStamp: String?
-
-        func get() -> PublicSuffixList? {
-            lock.lock()
-            defer { lock.unlock() }
-            if list == nil && !attempted {
-                attempted = true
-                list = try? PublicSuffixList(contentsOf: PublicSuffixList.systemPath)
-            }
-            return list
-        }
-
-        var stamp: String? {
-            lock.lock()
-            defer { lock.unlock() }
-            return loadedStamp
-        }
-
-        func set(_ new: PublicSuffixList, stamp: String?) {
-            lock.lock()
-            defer { lock.unlock() }
-            (list, attempted, loadedStamp) = (new, true, stamp)
-        }
+        if let stamp, let last = lastRead.withLock({ $0 }), last.stamp == stamp { return last.list }
+        let list = try PublicSuffixList(contentsOf: path)
+        if let stamp { lastRead.withLock { $0 = (list, stamp) } }
+        return list
     }
 }
 

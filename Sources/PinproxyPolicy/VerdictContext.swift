@@ -1,0 +1,16 @@
+import PinproxyInterop
+
+/// What the verdict reads besides the entry, loaded with one config generation and handed in
+/// with it: the public suffix list, and the memory of the chains verified under this generation's
+/// stores. A reload builds a new context, so the memory starts empty with the new stores.
+public final class VerdictContext: Sendable {
+    /// The list the `wildcard-public-suffix` rule consults.
+    public let publicSuffixes: PublicSuffixList
+    /// The chains OpenSSL verified under this generation (`TrustStore.verify`).
+    public let verifiedChains: VerifiedChains
+
+    public init(publicSuffixes: PublicSuffixList, verifiedChains: VerifiedChains = VerifiedChains()) {
+        self.publicSuffixes = publicSuffixes
+        self.verifiedChains = verifiedChains
+    }
+}
