@@ -6,11 +6,15 @@ let package = Package(
     products: [
         .executable(name: "pinproxy", targets: ["pinproxy"])
     ],
+    // Every dependency at an exact version, swift-prometheus's own two included, so that a build
+    // today and one next year compile the same code (Package.resolved is not kept).
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
-        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", exact: "1.16.2"),
+        .package(url: "https://github.com/LebJe/TOMLKit", exact: "0.6.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", exact: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-atomics.git", exact: "1.3.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
     ],
     targets: [
         // OpenSSL 3 and libevent, found with pkg-config.
@@ -53,6 +57,9 @@ let package = Package(
             dependencies: [
                 "PinproxyInterop", "PinproxyPolicy",
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                // Linked through Prometheus anyway; named so that their pins above apply.
+                .product(name: "Atomics", package: "swift-atomics"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .executableTarget(
