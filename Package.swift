@@ -1,6 +1,15 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// The commit `pinproxy --version` names and its date, from the environment scripts/build-info
+// sets up (scripts/run, scripts/install.sh, scripts/package source it). Not from git here:
+// SwiftPM caches this manifest across commits, so what it asked git would go stale. Without
+// them the binary says "commit unknown". Only the characters a hash or a date holds are kept.
+let buildInfo: [CSetting] = ["PINPROXY_COMMIT", "PINPROXY_COMMIT_DATE"].map { name in
+    let value = (Context.environment[name] ?? "").filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }
+    return .define(name, to: "\"\(value)\"")
+}
+
 let package = Package(
     name: "pinproxy",
     products: [
@@ -33,10 +42,15 @@ let package = Package(
             name: "CPinproxyShims",
             dependencies: ["COpenSSL", "CLibevent"]
         ),
+        // The build's commit and date (see buildInfo above).
+        .target(
+            name: "CPinproxyBuild",
+            cSettings: buildInfo
+        ),
         // Every unsafe pointer lives here: Swift types that own OpenSSL and libevent objects.
         .target(
             name: "PinproxyInterop",
-            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims"]
+            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims", "CPinproxyBuild"]
         ),
         // The pure trust decision and the config loader: no sockets.
         .target(

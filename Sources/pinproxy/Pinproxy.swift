@@ -8,7 +8,7 @@ struct Pinproxy: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pinproxy",
         abstract: "A local proxy that enforces TLS certificate and public-key pinning for any HTTP client.",
-        version: "pinproxy \(pinproxyVersion)",
+        version: BuildInfo.versionLine,
         subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, KeygenCommand.self, EvaluateCommand.self, CACommand.self,
                       ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self]
     )
