@@ -18,7 +18,7 @@ struct CheckCommand: ParsableCommand {
 
     func run() throws {
         let config = try options.loadOrExit { [options] error in
-            "\(options.config ?? ConfigLoader.embeddedPath): \(error.diagnostics.count) error(s); the config is rejected"
+            "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
         let entries = config.policies.entries
         let pinned = entries.filter { $0.policy.pinKind != .none }
