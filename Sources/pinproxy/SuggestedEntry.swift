@@ -37,18 +37,13 @@ struct SuggestedEntry {
     /// The entry's own `trust`, unless the chain does not verify to it (or the entry's anchors
     /// are its pinned certificates, which the new pins replace): then the anchor the chain needs.
     func trustLines() throws -> [String] {
-        let untrusted = verdict.failures.contains { $0.reason == .untrustedChain }
+        let anchorNeeded = { try PinCommand.trustLines(for: chain, host: host, saveAnchor: nil) }
+        if verdict.failures.contains(where: { $0.reason == .untrustedChain }) { return try anchorNeeded() }
         switch entry.policy.trust {
-        case .pinned:
-            return try PinCommand.trustLines(for: chain, host: host, saveAnchor: nil)
-        case _ where untrusted:
-            return try PinCommand.trustLines(for: chain, host: host, saveAnchor: nil)
-        case .system:
-            return []
-        case .none:
-            return ["trust = \"none\""]
-        case .anchors, .systemAndListed:
-            return entry.written.trust.map { ["trust = \(Self.list($0))"] } ?? []
+        case .pinned: return try anchorNeeded()
+        case .system: return []
+        case .none: return ["trust = \"none\""]
+        case .anchors, .systemAndListed: return entry.written.trust.map { ["trust = \(Self.list($0))"] } ?? []
         }
     }
 
