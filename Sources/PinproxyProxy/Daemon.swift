@@ -18,6 +18,9 @@ public final class Daemon {
     private var drainTimer: PinproxyInterop.Timer?
     private let reloadQueue = DispatchQueue(label: "pinproxy.reload")
     private let notifier = SystemdNotifier()
+    /// Called (off the loops) once each SIGHUP has been handled, whatever its outcome:
+    /// `pinproxy run` replaces its pid file then, which tells `pinproxy reload` it is done.
+    public var afterReload: (@Sendable () -> Void)?
     private var adminServer: AdminHTTPServer?
     private var housekeeping: [PinproxyInterop.Timer] = []
 
@@ -171,15 +174,17 @@ public final class Daemon {
         }
         guard let configPath else {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
+            reloadQueue.async { [afterReload] in afterReload?() }
             return
         }
         // Report files are reopened whatever the config says: logrotate has moved them.
         shared.reports?.reopenFiles()
         notifier.reloading()
-        reloadQueue.async { [shared, settings, notifier] in
+        reloadQueue.async { [shared, settings, notifier, afterReload] in
             defer {
                 // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
                 if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
+                afterReload?()
             }
             // Whatever the reload finds: a command's own files may change without the config.
             // Answers stored meanwhile belong to the old entries, which new connections never use.
