@@ -1,4 +1,7 @@
 #include "CPinproxyShims.h"
+#include <netinet/in.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 
 STACK_OF(X509) *pp_sk_X509_new_null(void) { return sk_X509_new_null(); }
 int pp_sk_X509_push(STACK_OF(X509) *stack, X509 *cert) { return sk_X509_push(stack, cert); }
@@ -48,3 +51,6 @@ void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION
 
 uint64_t pp_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
 uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void) { return SSL_OP_CIPHER_SERVER_PREFERENCE; }
+
+int pp_SO_ORIGINAL_DST(void) { return SO_ORIGINAL_DST; }
+int pp_IP6T_SO_ORIGINAL_DST(void) { return IP6T_SO_ORIGINAL_DST; }

@@ -20,6 +20,11 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case destinationDenied = "destination-denied"
     case cleartextDenied = "cleartext-denied"
     case badRequest = "bad-request"
+    /// A transparent-listener client sent no SNI, and no entry names the destination's address.
+    case noSNI = "no-sni"
+    /// A connection pinproxy made itself came back to its transparent listener, or one was
+    /// made straight to it: nothing it could be relayed to.
+    case captureLoop = "capture-loop"
     case dnsFailure = "dns-failure"
     case upstreamUnreachable = "upstream-unreachable"
     case handshakeFailed = "handshake-failed"

@@ -10,6 +10,8 @@ public struct AccessLog: Sendable {
     /// Field names, in the order lines print them.
     public enum Field: String, CaseIterable, Sendable {
         case time, level, event, client, host, port, entry, outcome, reason, status, alpn, detail, chain
+        /// `connect` or `transparent`: on decision and tunnel lines.
+        case listener
         case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
         case address, config, error, entries, warning
     }

@@ -33,6 +33,7 @@ extension ClientConnection {
         switch opening {
         case .first: intercept(tunnel)
         case .reopen(let hello): admitReopened(tunnel, for: hello)
+        case .transparent: interceptTransparent(tunnel)
         }
     }
 

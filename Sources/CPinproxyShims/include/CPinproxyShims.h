@@ -69,5 +69,10 @@ void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION
 uint64_t pp_SSL_OP_NO_RENEGOTIATION(void);
 uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void);
 
+// SO_ORIGINAL_DST (SOL_IP) and IP6T_SO_ORIGINAL_DST (SOL_IPV6) are macros of the kernel's
+// netfilter headers, which Swift's Glibc module does not include.
+int pp_SO_ORIGINAL_DST(void);
+int pp_IP6T_SO_ORIGINAL_DST(void);
+
 
 #endif
