@@ -32,16 +32,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 @functools.lru_cache(maxsize=None)
 def unavailable() -> str | None:
-    """None when this machine can make network namespaces and run nft in them, else why not."""
-    for tool in ("unshare", "nsenter", "nft", "ip", "setpriv"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (scripts/setup --tests)"
-    try:
-        p = subprocess.run(["unshare", "-n", "nft", "list", "ruleset"], capture_output=True, text=True, timeout=TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"unshare -n failed: {e!r}"
+    """None when the kernel lets this process make a network namespace, else why not. (A
+    missing tool is no reason: scripts/setup --tests installs them, and the tests fail without.)"""
+    p = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True, timeout=TIMEOUT)
     if p.returncode != 0:
-        return f"the kernel refuses a network namespace with nftables here: {p.stderr.strip()}"
+        return f"the kernel forbids network namespaces here (unshare -n: {p.stderr.strip()})"
     return None
 
 
