@@ -54,6 +54,7 @@ struct DiagnoseCommand: ParsableCommand {
         for version in BlockingTLSConnection.Version.allCases {
             switch probe(version) {
             case .success(let handshake):
+                if accepted.isEmpty { try CapturedChain.refuse(handshake.chain, target: target, config: loaded) }
                 accepted.append(version)
                 let flag = version.isDeprecated ? "  ! deprecated: disable it on the server" : ""
                 print("  \(version.rawValue)  accepted  \(handshake.cipher)  \(handshake.forwardSecrecy ? "forward secrecy" : "NO forward secrecy")\(flag)")
@@ -75,7 +76,9 @@ struct DiagnoseCommand: ParsableCommand {
         let minimum: BlockingTLSConnection.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
         let main: BlockingTLSConnection
         switch probe(minimum, alpn: ["h2", "http/1.1"], staple: true) {
-        case .success(let handshake): main = handshake
+        case .success(let handshake):
+            try CapturedChain.refuse(handshake.chain, target: target, config: loaded)
+            main = handshake
         case .failure(let error):
             print("")
             print("no TLS handshake at or above TLS \(entry.policy.minTLS.rawValue): \(error)")

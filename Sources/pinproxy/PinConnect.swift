@@ -27,21 +27,23 @@ extension PinCommand {
             }
             return [target]
         }
-        if let config, let name = host.serverName {
-            let loaded: Config
-            do {
-                loaded = try ConfigLoader.load(path: config)
-            } catch {
-                for diagnostic in error.diagnostics { printError(diagnostic.description) }
-                throw ExitCode(2)
-            }
-            if let addresses = loaded.resolve[name] {
-                return addresses.map { ($0.description, port) }
-            }
+        if let loaded = try loadedConfig(), let name = host.serverName, let addresses = loaded.resolve[name] {
+            return addresses.map { ($0.description, port) }
         }
         switch host {
         case .name(let name): return [(name, port)]
         case .ip(let address): return [(address.description, port)]
+        }
+    }
+
+    /// `--config`, loaded (nil without it); its problems are printed, and the exit status is 2.
+    func loadedConfig() throws -> Config? {
+        guard let config else { return nil }
+        do {
+            return try ConfigLoader.load(path: config)
+        } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
         }
     }
 
