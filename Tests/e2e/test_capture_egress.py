@@ -86,7 +86,7 @@ def test_apply_refuses_a_family_without_a_listener(capture, pki):
     assert capture.ns.ruleset() == "", "a refused apply changed the ruleset"
 
 
-def test_check_reads_capture_with_file_line_and_warns_on_a_lone_listener(capture, pki, ws):
+def test_check_reads_capture_with_file_line_and_warns_on_a_lone_listener(ws):
     cfg = ws.config("""
         [proxy]
         transparent_listen = ["127.0.0.1:3129"]

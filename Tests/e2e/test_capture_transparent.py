@@ -170,6 +170,8 @@ def test_a_broken_exemption_is_a_capture_loop_once_and_no_storm(capture, pki):
     assert origin.connections == 0
     lines = proxy.decisions(reason="capture-loop")
     assert len(lines) == 1, f"capture-loop is logged once per start: {[l.raw for l in lines]}"
+    mentions = [l.raw for l in proxy.logs() if l.get("event") != "config-warning" and ("capture-loop" in l.raw or "captured" in l.raw)]
+    assert len(mentions) == 1, f"a capture loop is one line, however many connections: {mentions}"
     assert "captured by the egress lock" in lines[0].get("detail", ""), lines[0].raw
     metrics = proxy.metrics()
     assert metrics.value("pinproxy_connections_total", outcome="refused", reason="capture-loop", listener="transparent") == 3, metrics
