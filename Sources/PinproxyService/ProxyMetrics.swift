@@ -10,7 +10,7 @@ import Prometheus
 ///
 /// | name | type | labels |
 /// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`) |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`), `listener` (connect, transparent) |
 /// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
 /// | `pinproxy_reopen_verdict_changes_total` | counter | |
 /// | `pinproxy_open_tunnels` | gauge | |
@@ -62,6 +62,7 @@ public final class ProxyMetrics: Sendable {
     private struct CounterKey: Hashable {
         let outcome: ConnectionOutcome
         let reason: RefusalReason?
+        let listener: ListenerKind
     }
 
     private struct RefusalKey: Hashable {
@@ -113,7 +114,8 @@ public final class ProxyMetrics: Sendable {
         verificationSeconds = registry.makeValueHistogram(descriptor: .named(Name.verification, help: Help.verification),
                                                           buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
-                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
+                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
+                                                           ("listener", ListenerKind.connect.rawValue)])
         reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
@@ -122,9 +124,9 @@ public final class ProxyMetrics: Sendable {
     // MARK: Connections and refusals
 
     /// Counts one client connection's outcome; `reason` is nil for a plain allow.
-    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
-        if outcome == .allowed, reason == nil { return allowedConnections.increment() }
-        connectionCounter(outcome, reason: reason).increment()
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, listener: ListenerKind = .connect) {
+        if outcome == .allowed, reason == nil, listener == .connect { return allowedConnections.increment() }
+        connectionCounter(CounterKey(outcome: outcome, reason: reason, listener: listener)).increment()
     }
 
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
@@ -256,13 +258,12 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Private
 
-    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?) -> Counter {
+    private func connectionCounter(_ key: CounterKey) -> Counter {
         outcomeCounters.withLock { counters in
-            let key = CounterKey(outcome: outcome, reason: reason)
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.connections, help: Help.connections),
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.traits.metricLabel ?? "none")]
+                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.traits.metricLabel ?? "none"), ("listener", key.listener.rawValue)]
             )
             counters[key] = counter
             return counter

@@ -4,13 +4,14 @@ import PinproxyInterop
 import XCTest
 
 /// Today's default of every config key, frozen: an empty config and the embedded default
-/// (config/pinproxy.toml) must give exactly these `[proxy]` and `[default]` values. A change of
-/// a default is a change of behaviour: it changes this table on purpose. (`mode` has one
-/// accepted value, "intercept", and is not kept in the settings.)
+/// (config/pinproxy.toml) must give exactly these `[proxy]`, `[capture]` and `[default]`
+/// values. A change of a default is a change of behaviour: it changes this table on purpose.
+/// (`mode` has one accepted value, "intercept", and is not kept in the settings.)
 final class ConfigDefaultsTests: XCTestCase {
     /// `[proxy]`, key → value as `proxyValues` writes it.
     static let proxyDefaults: [String: String] = [
         "listen": "127.0.0.1:3128",
+        "transparent_listen": "",
         "ca_dir": "nil",
         "allow_ports": "443",
         "block_private_destinations": "true",
@@ -36,6 +37,14 @@ final class ConfigDefaultsTests: XCTestCase {
         "relay_buffer_bytes": "262144",
     ]
 
+    /// `[capture]`, key → value as `captureValues` writes it.
+    static let captureDefaults: [String: String] = [
+        "ports": "443",
+        "local": "false",
+        "block_quic": "true",
+        "exempt_users": "pinproxy",
+    ]
+
     /// `[default]`, key → value as `policyValues` writes it.
     static let entryDefaults: [String: String] = [
         "action": "verify",
@@ -58,6 +67,8 @@ final class ConfigDefaultsTests: XCTestCase {
     func testAnEmptyConfigHasTodaysDefaults() throws {
         let config = try ConfigLoader.load(text: "", path: "empty.toml", directory: "/", now: evaluationTime)
         XCTAssertEqual(Self.proxyValues(config.proxy), Self.proxyDefaults)
+        XCTAssertEqual(Self.captureValues(config.capture), Self.captureDefaults)
+        XCTAssertFalse(config.capture.isWritten)
         XCTAssertEqual(Self.policyValues(config.policies.defaultEntry.policy.settings), Self.entryDefaults)
         XCTAssertEqual(config.policies.entries.count, 0)
         XCTAssertTrue(config.resolve.isEmpty)
@@ -67,6 +78,8 @@ final class ConfigDefaultsTests: XCTestCase {
     func testTheEmbeddedDefaultHasTodaysDefaults() throws {
         let config = try ConfigLoader.loadEmbedded(now: evaluationTime)
         XCTAssertEqual(Self.proxyValues(config.proxy), Self.proxyDefaults)
+        XCTAssertEqual(Self.captureValues(config.capture), Self.captureDefaults)
+        XCTAssertFalse(config.capture.isWritten)
         XCTAssertEqual(Self.policyValues(config.policies.defaultEntry.policy.settings), Self.entryDefaults)
         XCTAssertEqual(config.policies.entries.count, 0)
         XCTAssertTrue(config.resolve.isEmpty)
@@ -84,6 +97,7 @@ final class ConfigDefaultsTests: XCTestCase {
         func text<T>(_ value: T?) -> String { value.map { "\($0)" } ?? "nil" }
         return [
             "listen": proxy.listen.map(\.description).joined(separator: ","),
+            "transparent_listen": proxy.transparentListen.map(\.description).joined(separator: ","),
             "ca_dir": text(proxy.caDirectory),
             "allow_ports": proxy.allowPorts.sorted().map(String.init).joined(separator: ","),
             "block_private_destinations": "\(proxy.blockPrivateDestinations)",
@@ -107,6 +121,15 @@ final class ConfigDefaultsTests: XCTestCase {
             "admin_timeout": "\(proxy.adminTimeout)",
             "max_connections": text(proxy.maxConnections),
             "relay_buffer_bytes": "\(proxy.relayBufferBytes)",
+        ]
+    }
+
+    static func captureValues(_ capture: CaptureSettings) -> [String: String] {
+        [
+            "ports": capture.ports.map(String.init).joined(separator: ","),
+            "local": "\(capture.local)",
+            "block_quic": "\(capture.blockQUIC)",
+            "exempt_users": capture.exemptUsers.joined(separator: ","),
         ]
     }
 

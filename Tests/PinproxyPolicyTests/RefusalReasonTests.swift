@@ -20,6 +20,8 @@ final class RefusalReasonTests: XCTestCase {
         (.destinationDenied, 403, false, false, false, "destination-denied"),
         (.cleartextDenied, 403, false, false, false, "cleartext-denied"),
         (.badRequest, 400, false, false, false, "bad-request"),
+        (.noSNI, 403, false, false, false, "no-sni"),
+        (.captureLoop, 403, false, false, false, "capture-loop"),
         (.dnsFailure, 502, false, false, false, "dns-failure"),
         (.upstreamUnreachable, 502, false, false, false, "upstream-unreachable"),
         (.handshakeFailed, 502, false, false, false, "handshake-failed"),
