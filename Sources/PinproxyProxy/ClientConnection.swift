@@ -282,7 +282,7 @@ final class ClientConnection {
              .refusingInTLS, .closed:
             return unexpected("the client leaving")
         }
-        logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
+        logDecision(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
         worker.shared.metrics.connection(outcome: .clientGone, reason: nil)
         close()
     }

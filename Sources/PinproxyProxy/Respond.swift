@@ -46,7 +46,7 @@ extension ClientConnection {
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
-        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
+        logDecision(outcome: .refused, reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
@@ -75,7 +75,7 @@ extension ClientConnection {
         if let verdict, let subject = logSubject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
-        logDecision(outcome: "refused", reason: reason, status: 200,
+        logDecision(outcome: .refused, reason: reason, status: 200,
                     detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
                     verdict: verdict, alpn: alpn)
         close()
@@ -99,14 +99,14 @@ extension ClientConnection {
     /// The one log line for this connection's decision (two when the upstream was reopened).
     /// `client-gone` has no status: nothing was sent. A decision on an upstream's chain says
     /// which protocol that upstream negotiated (`alpn`, `-` for none).
-    func logDecision(outcome: String, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
+    func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }
         }
-        fields.append((.outcome, outcome))
+        fields.append((.outcome, outcome.rawValue))
         if let reason { fields.append((.reason, reason.rawValue)) }
         if let status { fields.append((.status, String(status))) }
         if verdict != nil { fields.append((.alpn, alpn?.description ?? "-")) }
@@ -114,7 +114,7 @@ extension ClientConnection {
         if let verdict, !verdict.presented.isEmpty {
             fields.append((.chain, verdict.presented.map { "\($0.subject) \(Pin(digest: $0.publicKeySHA256))" }.joined(separator: " | ")))
         }
-        let level: Logger.Level = outcome == "allowed" || outcome == "client-gone" ? .info : .warning
+        let level: Logger.Level = outcome == .allowed || outcome == .clientGone ? .info : .warning
         worker.shared.log.emit(level, "connection", fields)
     }
 }

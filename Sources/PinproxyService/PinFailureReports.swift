@@ -60,7 +60,7 @@ public final class PinFailureReporter: Sendable {
                 perHostPerMinute: Int = 10, timeout: TimeInterval = 10,
                 checkCollector: @escaping CollectorCheck, resolve: @escaping Resolver, log: @escaping LogLine) {
         self.perHostPerMinute = perHostPerMinute
-        let descriptor = MetricNameDescriptor.named("pinproxy_reports_total", help: "Pin-failure reports by result (report_to).")
+        let descriptor = ProxyMetrics.Family.reports.descriptor
         queued = registry.makeCounter(descriptor: descriptor, labels: [("result", "queued")])
         dropped = registry.makeCounter(descriptor: descriptor, labels: [("result", "dropped")])
         let sent = registry.makeCounter(descriptor: descriptor, labels: [("result", "sent")])

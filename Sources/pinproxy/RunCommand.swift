@@ -35,7 +35,7 @@ struct RunCommand: ParsableCommand {
         }
         let daemon: Daemon
         do {
-            daemon = try Daemon(configPath: options.config, config: config)
+            daemon = try Daemon(configPath: options.config, config: config, version: pinproxyVersion, commit: "unknown")
         } catch {
             // Through the log, so that journald records it as an error (<3>).
             AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "\(error)")])
