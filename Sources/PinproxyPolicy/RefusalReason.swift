@@ -63,6 +63,23 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         }
     }
 
+    /// The `error` of the `Proxy-Status` header (RFC 9209) a refusal for this reason carries.
+    /// A DNS lookup that times out is `dns-failure` with `dns_timeout` instead.
+    public var proxyStatusError: ProxyStatusError {
+        switch self {
+        case .pinMismatch, .untrustedChain, .hostnameMismatch, .certificateExpired, .certificateNotYetValid, .revoked,
+             .revocationUnknown, .customCheck:
+            return .tlsCertificateError
+        case .handshakeFailed, .tlsVersion: return .tlsProtocolError
+        case .dnsFailure: return .dnsError
+        case .upstreamUnreachable: return .destinationUnavailable
+        case .upstreamTimeout: return .connectionTimeout
+        case .destinationDenied: return .destinationIPProhibited
+        case .hostDenied, .portDenied, .cleartextDenied: return .httpRequestDenied
+        case .badRequest: return .httpRequestError
+        }
+    }
+
     /// Declaration order is priority order: the first failing check names the verdict.
     public static func < (lhs: RefusalReason, rhs: RefusalReason) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!

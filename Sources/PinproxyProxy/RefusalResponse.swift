@@ -43,6 +43,8 @@ extension RefusalResponse {
         let status: Int
         let reason: RefusalReason
         let detail: String
+        /// The `Proxy-Status` header's value.
+        let proxyStatus: String
         let host: String
         let port: UInt16
         /// `hosts."api.example.com"`, or `default`; nil when no entry was looked up.
@@ -61,11 +63,11 @@ extension RefusalResponse {
 
     /// The whole HTTP/1.1 response (head, and the body unless `includeBody` is false, for
     /// HEAD): the refusal's status line, `Pinproxy-Refusal`, and a text body that says what was
-    /// presented, which pins were expected, and how to update the policy.
+    /// presented, which pins were expected, and how to update the policy; `Proxy-Status` too.
     static func inTLSResponse(_ page: Page, includeBody: Bool = true) -> [UInt8] {
         let body = Array(inTLSBody(page).utf8)
         var head = statusLine(status: page.status, reason: page.reason, host: page.host) + "\r\n"
-        head += "Pinproxy-Refusal: \(page.reason.rawValue)\r\n"
+        head += "Pinproxy-Refusal: \(page.reason.rawValue)\r\nProxy-Status: \(page.proxyStatus)\r\n"
         head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
         head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
         return Array(head.utf8) + (includeBody ? body : [])

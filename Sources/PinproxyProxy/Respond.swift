@@ -18,9 +18,10 @@ extension RefusalReason {
 
 extension ClientConnection {
     /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
-    /// `destination` names the entry when the state does not hold it yet.
-    func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, destination: destination)
+    /// `destination` names the entry when the state does not hold it yet; `proxyError`
+    /// overrides the reason's `Proxy-Status` error type.
+    func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil, proxyError: ProxyStatusError? = nil) {
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, destination: destination, proxyError: proxyError)
     }
 
     /// Step 7 (refused): a refusal the verdict decided; `alpn` is what the refused upstream
@@ -28,14 +29,15 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, destination: destination)
+                    alpn: alpn, destination: destination, proxyError: nil)
     }
 
     /// Logs the refusal, stops all upstream work, and sends the answer; the connection closes
     /// once it is sent (or after `refusalGrace`). Under `refusal = "in-tls"`, the answer is a
     /// page inside the client's TLS (`refuseInTLS`). An upstream reopened for the client's ALPN
     /// offer is refused after the 200: the client's handshake is cut off.
-    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?) {
+    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?,
+                             proxyError: ProxyStatusError?) {
         switch state {
         case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first):
@@ -54,14 +56,15 @@ extension ClientConnection {
         case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
         default: break
         }
+        let proxyStatus = ProxyStatus.value(reason: reason, detail: detail, error: proxyError)
         if config.proxy.refusal == .inTLS, reason != .badRequest, let subject {
-            return refuseInTLS(subject, reason: reason, detail: detail, verdict: verdict)
+            return refuseInTLS(subject, reason: reason, detail: detail, proxyStatus: proxyStatus, verdict: verdict)
         }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
         let body = "pinproxy refused \(subject.map { "\($0.host):\($0.port)" } ?? "the request"): \(reason.rawValue)\n\(detail)\n"
         let statusLine = RefusalResponse.statusLine(status: reason.httpStatus, reason: reason, host: subject?.host.description)
-        let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+        let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nProxy-Status: \(proxyStatus)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
         clientSide.setReading(false)
         clientSide.discardInput()
         clientSide.setWriteLowWatermark(0)
