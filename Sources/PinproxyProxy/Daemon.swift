@@ -117,9 +117,20 @@ public final class Daemon {
         notifier.ready(status: statusLine())
         control.run()
         for worker in workers { worker.join(timeout: 5) }
+        waitForReload(timeout: 5)
         shared.reports?.stop()
         shared.log.emit(.info, "stopped", [(.detail, "open tunnels at exit: \(shared.openTunnels.load(ordering: .relaxed))")])
         return 0
+    }
+
+    /// Lets a reload that is still reading files finish before the process exits, so that exit
+    /// never cuts it half-way (its threads would still hold what they allocated).
+    private func waitForReload(timeout: TimeInterval) {
+        let finished = DispatchSemaphore(value: 0)
+        reloadQueue.async { finished.signal() }
+        if finished.wait(timeout: .now() + timeout) == .timedOut {
+            shared.log.emit(.warning, "reload", [(.detail, "still loading at exit after \(formatSeconds(timeout)); exiting anyway")])
+        }
     }
 
     /// A worker whose heartbeat is older than this is stuck.

@@ -7,6 +7,7 @@ still open.  Each test has its own daemon.
 
 from __future__ import annotations
 
+import base64
 import signal
 import ssl
 import time
@@ -109,3 +110,21 @@ def test_signal_as_soon_as_ready_exits_0(make_proxy, origins, pki, sig):
                        hosts={API: pinned_entry(pki, "api", "int-a")})
         code = p.stop(sig, timeout=TIMEOUT)
         assert code == 0, f"attempt {i}: exit {code}\n{p.describe()}"
+
+
+def test_stop_during_reload_lets_the_reload_finish(make_proxy, origins, pki):
+    """SIGTERM right after SIGHUP: the reload that is still reading a large config finishes
+    (its line is logged) before the daemon says `stopped` and exits 0; exit never cuts it."""
+    p = start(make_proxy, origins, pki, drain=3)
+    # 60,000 entries: long enough to load that the stop arrives while the reload runs.
+    digest = "sha256/" + base64.b64encode(bytes(32)).decode()
+    lines = [p.config_text]
+    lines += [f'[hosts."h{i}.example"]\npins = ["{digest}"]\n' for i in range(60_000)]
+    p.write_config("\n".join(lines))
+    mark = p.mark()
+    p.send_signal(signal.SIGHUP)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait_exit(timeout=60) == 0
+    events = [l.get("event") for l in p.logs(since=mark)]
+    assert "reload" in events and "stopped" in events, p.describe()
+    assert events.index("reload") < events.index("stopped"), p.describe()
