@@ -62,6 +62,11 @@ public struct ProxySettings: Sendable {
     public var pidFile: String?
     /// `report_to`: where pin-failure reports go (RFC 7469 JSON).
     public var reportTo: [ReportDestination] = []
+    /// `report_rate_limit`: reports a minute for the whole daemon, on top of 10 a minute per host.
+    public var reportRateLimit = 600
+    /// `report_file_max_bytes`: a `file:` destination is not written past this size; reports
+    /// are dropped until the file is reopened.
+    public var reportFileMaxBytes = 64 << 20
     /// A `verify_command` that has not answered within this is killed, and the connection refused.
     public var verifyCommandTimeout: TimeInterval = 5
     /// How long a `verify_command` answer is reused for the same chain, host, port and command.

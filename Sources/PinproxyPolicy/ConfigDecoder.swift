@@ -18,6 +18,7 @@ struct ConfigDecoder {
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
                             "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
+                            "report_rate_limit", "report_file_max_bytes",
                             "verify_command_timeout", "verify_command_cache", "verify_command_concurrency"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
@@ -135,6 +136,10 @@ struct ConfigDecoder {
                     }
                 }
                 proxy.reportTo = destinations
+            case "report_rate_limit":
+                if let count = integer(value, keyPath, in: 1...Int.max) { proxy.reportRateLimit = count }
+            case "report_file_max_bytes":
+                if let count = integer(value, keyPath, in: 1...Int.max) { proxy.reportFileMaxBytes = count }
             case "verify_command_timeout":
                 if let seconds = seconds(value, keyPath) { proxy.verifyCommandTimeout = seconds }
             case "verify_command_cache":
@@ -334,7 +339,8 @@ struct ConfigDecoder {
             return nil
         }
         guard range.contains(number) else {
-            error(keyPath, "\(displayKeyPath(keyPath)) must be between \(range.lowerBound) and \(range.upperBound)")
+            let bounds = range.upperBound == Int.max ? "at least \(range.lowerBound)" : "between \(range.lowerBound) and \(range.upperBound)"
+            error(keyPath, "\(displayKeyPath(keyPath)) must be \(bounds)")
             return nil
         }
         return number

@@ -44,10 +44,15 @@ block_private_destinations = true
 
 # Pin-failure reports (RFC 7469 JSON, plus pinproxy's reason and entry) for every refusal, and
 # every report-only "would refuse", by a certificate reason. "file:PATH" appends JSON lines
-# (reopened on SIGHUP, for logrotate); "https://HOST[:PORT]/PATH" POSTs them in batches (a JSON
-# array) from a thread of their own, with retries; the collector is verified like any other
-# host (its [hosts] entry applies). At most 10 reports per host a minute; a full queue drops.
+# (reopened on SIGHUP, for logrotate) to a regular file of the daemon's user with one link: a
+# symbolic link, FIFO or hard link at PATH is refused and logged. "https://HOST[:PORT]/PATH"
+# POSTs them in batches (a JSON array) from a thread of their own, with retries; the collector
+# is verified like any other host (its [hosts] entry applies). At most 10 reports per host a
+# minute and report_rate_limit for all hosts together; a full queue drops. Takes effect at start.
 # report_to = ["file:/var/log/pinproxy/reports.jsonl", "https://reports.example.com/pinproxy"]
+# report_rate_limit = 600            # reports a minute, all hosts together
+# report_file_max_bytes = 67108864   # a file stops growing here (64 MiB); reports are dropped
+#                                    # until it is reopened (SIGHUP): pinproxy never renames it
 
 # verify_command (a policy key, below) runs off the event loops: at most this many at once,
 # each killed after its timeout (the connection is then refused), answers reused this long.

@@ -44,13 +44,14 @@ public enum TrustEvaluator {
         var failures: [Verdict.Failure] = []
         var notes: [String] = []
         var verified: [Certificate] = []
+        var pathVerified = false
         var pinCheck = Verdict.PinCheck.notReached
 
         func finish() -> Verdict {
             failures.sort { $0.reason < $1.reason }
             let outcome = Self.outcome(failures, policy: policy, notes: &notes)
             return Verdict(outcome: outcome, entry: entry, failures: failures, presented: presentation.chain,
-                           verified: verified, pinCheck: pinCheck, notes: notes)
+                           verified: verified, pathVerified: pathVerified, pinCheck: pinCheck, notes: notes)
         }
 
         // Report-only request failures do not end the evaluation: the operator sees everything
@@ -74,6 +75,7 @@ public enum TrustEvaluator {
             let verification = store.verify(leaf: leaf, intermediates: Array(presentation.chain.dropFirst()),
                                             at: time, crls: crls)
             verified = verification.chain
+            pathVerified = verification.isVerified
             for problem in verification.problems {
                 failures.append(.init(reason(for: problem.kind), problem.description))
             }
@@ -157,7 +159,7 @@ public enum TrustEvaluator {
         var notes = verdict.notes
         let outcome = Self.outcome(failures, policy: verdict.entry.policy, notes: &notes)
         return Verdict(outcome: outcome, entry: verdict.entry, failures: failures, presented: verdict.presented,
-                       verified: verdict.verified, pinCheck: verdict.pinCheck, notes: notes)
+                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: notes)
     }
 
     /// The part of the decision that needs no connection: host-denied and port-denied (and
@@ -167,7 +169,7 @@ public enum TrustEvaluator {
         guard let first = failures.first else { return nil }
         let outcome: Verdict.Outcome = entry.policy.enforce ? .refuse(first.reason) : .reportOnly(first.reason)
         return Verdict(outcome: outcome, entry: entry, failures: failures, presented: [], verified: [],
-                       pinCheck: .notReached, notes: [])
+                       pathVerified: false, pinCheck: .notReached, notes: [])
     }
 
     /// host-denied and port-denied, in that order.

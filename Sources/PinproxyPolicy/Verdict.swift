@@ -46,6 +46,9 @@ public struct Verdict: Sendable {
     public let presented: [Certificate]
     /// The chain OpenSSL built and verified, leaf first (only the leaf under `trust = "none"`).
     public let verified: [Certificate]
+    /// Whether OpenSSL verified `verified` to an anchor without a problem. False when it found
+    /// one, under `trust = "none"`, and when no certificate was checked.
+    public let pathVerified: Bool
     public let pinCheck: PinCheck
     /// Facts worth logging that are not failures (allow-insecure, expired pins).
     public let notes: [String]
@@ -66,6 +69,9 @@ public struct Verdict: Sendable {
         case .reportOnly(let reason): return "allow (would refuse: \(reason.rawValue))"
         }
     }
+
+    /// The path OpenSSL verified, leaf to anchor, or nil when it verified none (`pathVerified`).
+    public var verifiedPath: [Certificate]? { pathVerified ? verified : nil }
 
     /// Whether the connection may proceed.
     public var allowsConnection: Bool {

@@ -9,11 +9,15 @@ import PinproxyService
 public struct AccessLog: Sendable {
     /// Field names, in the order lines print them.
     public enum Field: String, CaseIterable, Sendable {
-        case time, level, event, client, host, port, entry, outcome, reason, status, alpn, detail, chain
+        case time, level, event, client, host, port, entry, outcome, reason, status
+        case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
+        case alpn, detail
+        case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"
         case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
         case address, config, error, entries, warning
 
-        /// How JSON lines write the field's value (logfmt writes every value as text).
+        /// How JSON lines write the field when it is given as text (logfmt writes every value as
+        /// text; the certificate fields are arrays).
         var jsonType: JSONType {
             switch self {
             case .port, .status, .bytesUp, .bytesDown, .entries: return .integer
@@ -29,6 +33,21 @@ public struct AccessLog: Sendable {
         case string, integer, number
     }
 
+    /// The certificates of a decision: the chain the server presented, and the path OpenSSL
+    /// verified (leaf to anchor; nil when it verified none). logfmt lines carry them as `chain`
+    /// (`SUBJECT sha256/PIN | …`, for people) and `verified_pins` (`sha256/PIN,…`); JSON lines
+    /// as `presented_chain` and `verified_chain` (arrays of `{"subject", "spki"}`) and
+    /// `verified_pins` (an array). A pin is base64, so no subject can forge `verified_pins`.
+    public struct Certificates: Sendable {
+        public let presented: [Certificate]
+        public let verified: [Certificate]?
+
+        public init(presented: [Certificate], verified: [Certificate]?) {
+            self.presented = presented
+            self.verified = verified
+        }
+    }
+
     private let format: ProxySettings.LogFormat
     private let prefixer: SyslogPrefixer
 
@@ -38,12 +57,16 @@ public struct AccessLog: Sendable {
         prefixer = SyslogPrefixer.detect()
     }
 
-    /// Writes one event line: time, level and event first, then `fields` in `Field` order (a
-    /// field given twice keeps its last value).
-    public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)]) {
-        var values = [String?](repeating: nil, count: Field.allCases.count)
-        for (field, value) in fields { values[Self.rank[field]!] = value }
-        var line: [(String, String)] = [("time", rfc3339Milliseconds(Date())), ("level", LineFormat.levelName(level)), ("event", event)]
+    /// Writes one event line: time, level and event first, then `fields` and `certificates` in
+    /// `Field` order (a field given twice keeps its last value).
+    public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)], certificates: Certificates? = nil) {
+        var values = [LineValue?](repeating: nil, count: Field.allCases.count)
+        for (field, value) in fields { values[Self.rank[field]!] = .text(value) }
+        if let certificates {
+            for (field, value) in certificateFields(certificates) { values[Self.rank[field]!] = value }
+        }
+        var line: [(String, LineValue)] = [("time", .text(rfc3339Milliseconds(Date()))), ("level", .text(LineFormat.levelName(level))),
+                                           ("event", .text(event))]
         line.reserveCapacity(3 + fields.count)
         for (index, value) in values.enumerated() {
             if let value { line.append((Field.allCases[index].rawValue, value)) }
@@ -52,8 +75,41 @@ public struct AccessLog: Sendable {
         StandardError.writeLine(prefixer.format(text, priority: LineFormat.priority(level)))
     }
 
+    /// The fields `certificates` makes in this log's format.
+    private func certificateFields(_ certificates: Certificates) -> [(Field, LineValue)] {
+        func described(_ chain: [Certificate]) -> LineValue {
+            .certificates(chain.map { (subject: $0.subject, spki: Pin(digest: $0.publicKeySHA256).description) })
+        }
+        var fields: [(Field, LineValue)] = []
+        if !certificates.presented.isEmpty {
+            fields.append((format == .json ? .presentedChain : .chain, described(certificates.presented)))
+        }
+        if let verified = certificates.verified, !verified.isEmpty {
+            if format == .json { fields.append((.verifiedChain, described(verified))) }
+            fields.append((.verifiedPins, .list(verified.map { Pin(digest: $0.publicKeySHA256).description })))
+        }
+        return fields
+    }
+
     /// Each field's position in a line.
     private static let rank = Dictionary(uniqueKeysWithValues: Field.allCases.enumerated().map { ($0.element, $0.offset) })
+}
+
+/// One field's value: JSON writes lists as arrays, logfmt as one text.
+enum LineValue {
+    case text(String)
+    /// logfmt: `A,B,…`.
+    case list([String])
+    /// Each certificate's subject and public-key pin. logfmt: `SUBJECT sha256/PIN | …`.
+    case certificates([(subject: String, spki: String)])
+
+    var logfmtText: String {
+        switch self {
+        case .text(let text): return text
+        case .list(let texts): return texts.joined(separator: ",")
+        case .certificates(let certificates): return certificates.map { "\($0.subject) \($0.spki)" }.joined(separator: " | ")
+        }
+    }
 }
 
 /// Formats an event as one logfmt or JSON line. Under journald each line starts with its
@@ -83,6 +139,10 @@ enum LineFormat {
     // Lines are built as UTF-8 bytes and made a String once: appending to a String checks
     // and grows it piece by piece.
 
+    static func logfmt(_ fields: [(String, LineValue)]) -> String {
+        logfmt(fields.map { ($0.0, $0.1.logfmtText) })
+    }
+
     static func logfmt(_ fields: [(String, String)]) -> String {
         var line: [UInt8] = []
         line.reserveCapacity(256)
@@ -102,19 +162,48 @@ enum LineFormat {
     }
 
     static func json(_ fields: [(String, String)]) -> String {
+        json(fields.map { ($0.0, LineValue.text($0.1)) })
+    }
+
+    static func json(_ fields: [(String, LineValue)]) -> String {
         var line: [UInt8] = [UInt8(ascii: "{")]
         line.reserveCapacity(256)
-        for (key, value) in fields where value != absent {
-            if line.count > 1 { line.append(UInt8(ascii: ",")) }
+        func appendString(_ value: String) {
             line.append(UInt8(ascii: "\""))
-            line.append(contentsOf: key.utf8)
-            line.append(contentsOf: "\":".utf8)
-            if let type = AccessLog.Field(rawValue: key)?.jsonType, type != .string, isJSONNumber(value, integer: type == .integer) {
-                line.append(contentsOf: value.utf8)
-            } else {
-                line.append(UInt8(ascii: "\""))
-                appendEscaped(value, to: &line)
-                line.append(UInt8(ascii: "\""))
+            appendEscaped(value, to: &line)
+            line.append(UInt8(ascii: "\""))
+        }
+        /// `[A,B,…]`, each element written by `element`.
+        func appendArray<Element>(_ elements: [Element], _ element: (Element) -> Void) {
+            line.append(UInt8(ascii: "["))
+            for (index, value) in elements.enumerated() {
+                if index > 0 { line.append(UInt8(ascii: ",")) }
+                element(value)
+            }
+            line.append(UInt8(ascii: "]"))
+        }
+        for (key, value) in fields {
+            if case .text(absent) = value { continue }
+            if line.count > 1 { line.append(UInt8(ascii: ",")) }
+            appendString(key)
+            line.append(UInt8(ascii: ":"))
+            switch value {
+            case .text(let text):
+                if let type = AccessLog.Field(rawValue: key)?.jsonType, type != .string, isJSONNumber(text, integer: type == .integer) {
+                    line.append(contentsOf: text.utf8)
+                } else {
+                    appendString(text)
+                }
+            case .list(let texts):
+                appendArray(texts, appendString)
+            case .certificates(let certificates):
+                appendArray(certificates) { certificate in
+                    line.append(contentsOf: #"{"subject":"#.utf8)
+                    appendString(certificate.subject)
+                    line.append(contentsOf: #","spki":"#.utf8)
+                    appendString(certificate.spki)
+                    line.append(UInt8(ascii: "}"))
+                }
             }
         }
         line.append(UInt8(ascii: "}"))

@@ -104,14 +104,14 @@ final class ClientConnection {
         case first
         /// After the 200, at the first upstream's address again, offering what this
         /// ClientHello (waiting in the client's buffer) offers; a refusal can only cut the
-        /// client's handshake off.
-        case reopen(for: ClientHello)
+        /// client's handshake off. `after` is the first upstream's outcome, which the 200 told.
+        case reopen(for: ClientHello, after: Verdict.Outcome)
 
         /// What the upstream is offered.
         var offer: ALPNOffer {
             switch self {
             case .first: ALPNOffer.upstreamDefault
-            case .reopen(let hello): ALPNAgreement.reopenOffer(for: hello.alpn)
+            case .reopen(let hello, _): ALPNAgreement.reopenOffer(for: hello.alpn)
             }
         }
     }

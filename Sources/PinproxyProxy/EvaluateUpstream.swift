@@ -33,7 +33,7 @@ extension ClientConnection {
         let tunnel = Tunnel(destination: destination, upstream: upstream, verdict: verdict)
         switch opening {
         case .first: intercept(tunnel)
-        case .reopen(let hello): admitReopened(tunnel, for: hello)
+        case .reopen(let hello, let first): admitReopened(tunnel, for: hello, after: first)
         }
     }
 

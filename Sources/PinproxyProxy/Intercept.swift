@@ -15,8 +15,9 @@ extension ClientConnection {
         readClientHello(tunnel, timer: timer)
     }
 
-    /// The decision line (and metrics) of an admitted upstream; `note` says why it is not the first.
-    func logAdmission(_ tunnel: Tunnel, note: String?) {
+    /// The decision line (and metrics) of an admitted upstream; `note` says why it is not the
+    /// first, and `reopenChange` how its verdict differs from the first's.
+    func logAdmission(_ tunnel: Tunnel, note: String?, reopenChange: Verdict.Outcome? = nil) {
         let verdict = tunnel.verdict
         let outcome: ConnectionOutcome = verdict.outcome == .allow ? .allowed : .reportOnly
         let resumed = tunnel.upstream.connection.sessionReused
@@ -24,7 +25,8 @@ extension ClientConnection {
         if case .reportOnly = verdict.outcome {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
-        logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol)
+        logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
+                    reopenChange: reopenChange)
         guard note == nil else { return }
         worker.shared.report(verdict, host: tunnel.destination.host, port: tunnel.destination.port)
         if let reason = verdict.reason {

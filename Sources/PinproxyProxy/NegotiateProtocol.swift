@@ -49,14 +49,19 @@ extension ClientConnection {
         let first = tunnel.upstream.connection
         first.takeSessionTickets()
         first.close()
-        connect(to: [tunnel.upstream.address.address], for: tunnel.destination, opening: .reopen(for: hello))
+        connect(to: [tunnel.upstream.address.address], for: tunnel.destination, opening: .reopen(for: hello, after: tunnel.verdict.outcome))
     }
 
     /// Step 8b (continued): the reopened upstream passed the verdict: its decision line, then
     /// the client's handshake with the protocol it negotiated, within a new `handshake_timeout`.
-    func admitReopened(_ tunnel: Tunnel, for hello: ClientHello) {
+    /// Its verdict may differ from the `first` upstream's, which the 200 described (a report-only
+    /// key behind a pinned one, under `enforce = false`): the tunnel goes on as that verdict
+    /// allows, and the decision line and a counter say that it changed.
+    func admitReopened(_ tunnel: Tunnel, for hello: ClientHello, after first: Verdict.Outcome) {
         let offered = hello.alpn?.description ?? "no ALPN"
-        logAdmission(tunnel, note: "upstream reopened for the client's ALPN offer (\(offered))")
+        let changed = tunnel.verdict.outcome != first ? tunnel.verdict.outcome : nil
+        if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
+        logAdmission(tunnel, note: "upstream reopened for the client's ALPN offer (\(offered))", reopenChange: changed)
         let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
         acceptClientTLS(tunnel, timer: timer)
     }

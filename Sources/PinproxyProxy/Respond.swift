@@ -42,8 +42,9 @@ extension ClientConnection {
         case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first):
             break
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
-            return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn)
+        case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
+             .checkingCommand(_, _, _, _, .reopen(_, let first)):
+            return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn, after: first)
         case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
@@ -73,14 +74,18 @@ extension ClientConnection {
     }
 
     /// The upstream reopened for the client's ALPN offer is refused: the CONNECT already got
-    /// its 200, so the client's TLS handshake is cut off, and nothing is relayed.
-    private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?) {
+    /// its 200 (for the `first` outcome), so the client's TLS handshake is cut off, and nothing
+    /// is relayed. A refusal by the verdict is a verdict changed on reopen.
+    private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, after first: Verdict.Outcome) {
         if let verdict, let subject = logSubject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        // The first upstream was admitted, so a refusal by the verdict always changes it.
+        let changed = verdict.flatMap { $0.outcome != first ? $0.outcome : nil }
+        if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
         logDecision(outcome: .refused, reason: reason, status: 200,
                     detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
-                    verdict: verdict, alpn: alpn)
+                    verdict: verdict, alpn: alpn, reopenChange: changed)
         close()
     }
 
@@ -101,9 +106,11 @@ extension ClientConnection {
 
     /// The one log line for this connection's decision (two when the upstream was reopened).
     /// `client-gone` has no status: nothing was sent. A decision on an upstream's chain says
-    /// which protocol that upstream negotiated (`alpn`, `-` for none).
+    /// which protocol that upstream negotiated (`alpn`, `-` for none), what it presented and
+    /// the path OpenSSL verified. `reopenChange` is a reopened upstream's outcome when it differs
+    /// from the first upstream's, which the 200 described (`reopen_outcome`, `reopen_reason`).
     func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
-                     alpn: ALPNProtocol? = nil, subject: Subject? = nil) {
+                     alpn: ALPNProtocol? = nil, subject: Subject? = nil, reopenChange: Verdict.Outcome? = nil) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
@@ -112,12 +119,16 @@ extension ClientConnection {
         fields.append((.outcome, outcome.rawValue))
         if let reason { fields.append((.reason, reason.rawValue)) }
         if let status { fields.append((.status, String(status))) }
+        switch reopenChange {
+        case .allow: fields.append((.reopenOutcome, ConnectionOutcome.allowed.rawValue))
+        case .reportOnly(let reason): fields += [(.reopenOutcome, ConnectionOutcome.reportOnly.rawValue), (.reopenReason, reason.rawValue)]
+        case .refuse(let reason): fields += [(.reopenOutcome, ConnectionOutcome.refused.rawValue), (.reopenReason, reason.rawValue)]
+        case nil: break
+        }
         if verdict != nil { fields.append((.alpn, alpn?.description ?? "-")) }
         if !detail.isEmpty { fields.append((.detail, detail)) }
-        if let verdict, !verdict.presented.isEmpty {
-            fields.append((.chain, verdict.presented.map { "\($0.subject) \(Pin(digest: $0.publicKeySHA256))" }.joined(separator: " | ")))
-        }
+        let certificates = verdict.map { AccessLog.Certificates(presented: $0.presented, verified: $0.verifiedPath) }
         let level: Logger.Level = outcome == .allowed || outcome == .clientGone ? .info : .warning
-        worker.shared.log.emit(level, "connection", fields)
+        worker.shared.log.emit(level, "connection", fields, certificates: certificates)
     }
 }

@@ -43,6 +43,11 @@ final class SharedState: Sendable {
         customChecks = CustomChecks(concurrency: settings.verifyCommandConcurrency)
         reports = settings.reportTo.isEmpty ? nil : PinFailureReporter(
             destinations: settings.reportTo, registry: metrics.registry,
+            limits: { [policy] in
+                // What the config in force now says: a reload changes them.
+                let settings = policy.config.proxy
+                return .init(perMinute: settings.reportRateLimit, fileMaxBytes: settings.reportFileMaxBytes)
+            },
             checkCollector: { [policy] chain, host, port in
                 // The collector is verified like any other host, under the policy in force now.
                 let config = policy.config
@@ -57,7 +62,7 @@ final class SharedState: Sendable {
     /// have refused) the connection to `host`:`port`.
     func report(_ verdict: Verdict, host: TargetHost, port: UInt16) {
         guard let reports, let reason = verdict.reason, reason.isCertificateReason else { return }
-        reports.submit(PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()), host: host, port: port)
+        reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()) }
     }
 
     func tunnelOpened() {

@@ -5,6 +5,8 @@ extension ProxyMetrics.Family {
                                   help: "Client connections by outcome and refusal reason.")
     static let refusals = Self(name: "pinproxy_refusals_total", type: "counter",
                                help: "Refusals (and report-only would-refuse decisions) by host pattern, reason and mode.")
+    static let reopenVerdictChanges = Self(name: "pinproxy_reopen_verdict_changes_total", type: "counter",
+                                           help: "Upstreams reopened for the client's ALPN offer whose verdict differs from the first upstream's.")
     static let openTunnels = Self(name: "pinproxy_open_tunnels", type: "gauge", help: "Tunnels currently open.")
     static let relayedBytes = Self(name: "pinproxy_relayed_bytes_total", type: "counter",
                                    help: "Bytes relayed through tunnels, by direction.")

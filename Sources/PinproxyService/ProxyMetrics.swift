@@ -39,6 +39,7 @@ public final class ProxyMetrics: Sendable {
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
+    private let reopenVerdictChanges: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
@@ -75,7 +76,7 @@ public final class ProxyMetrics: Sendable {
 
     /// The families the daemon exports (the `process_*` ones too), each from the first scrape.
     public static let families: [Family] = [
-        Family.connections, .refusals, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
+        Family.connections, .refusals, .reopenVerdictChanges, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
         .lastReloadSuccessful, .lastReloadSuccessTime, .pinExpiryTimestamp, .pinExpiryDays, .upstreamCertificateExpiry,
         .buildInfo, .reports,
     ] + ProcessFamily.allCases.map(\.family)
@@ -86,7 +87,7 @@ public final class ProxyMetrics: Sendable {
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
     /// Creates the series on a new registry (or `registry`): counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections) at once, `pinproxy_build_info` for
+    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) at once, `pinproxy_build_info` for
     /// `version` and `commit`, and the reload gauges as of a successful load `loadedAt`.
     public init(version: String, commit: String, loadedAt: Date = Date(),
                 registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
@@ -103,6 +104,7 @@ public final class ProxyMetrics: Sendable {
         lastReloadSuccessful.set(1.0)
         lastReloadSuccessTime.set(loadedAt.timeIntervalSince1970)
         registry.makeGauge(descriptor: Family.buildInfo.descriptor, labels: [("version", version), ("commit", commit)]).set(1.0)
+        reopenVerdictChanges = registry.makeCounter(descriptor: Family.reopenVerdictChanges.descriptor)
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -129,6 +131,12 @@ public final class ProxyMetrics: Sendable {
             counters[key] = counter
             return counter
         }.increment()
+    }
+
+    /// An upstream reopened for the client's ALPN offer got another verdict than the first
+    /// upstream, which the client's 200 described.
+    public func reopenVerdictChanged() {
+        reopenVerdictChanges.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or

@@ -2,9 +2,10 @@ import Foundation
 import PinproxyPolicy
 
 /// Reads pinproxy's decision lines (logfmt or JSON, as the daemon writes them, with or
-/// without a journald `<N>` priority prefix) back into fields.
+/// without a journald `<N>` priority prefix) back into decisions.
 enum DecisionLogReader {
-    /// One `event=connection` line: who connected where, when, and what the server presented.
+    /// One `event=connection` line with certificates: who connected where, when, what the
+    /// server presented, and the path OpenSSL verified.
     struct Decision {
         var time: String
         var host: String
@@ -13,29 +14,68 @@ enum DecisionLogReader {
         var outcome: String
         var reason: String?
         var detail: String
-        /// The presented chain, leaf first: each certificate's subject and public-key pin.
-        var chain: [(subject: String, pin: Pin)]
+        /// `verified_pins`: the path OpenSSL verified, leaf to anchor. nil when the line has none
+        /// (no path was verified, or an older pinproxy wrote it) or one that is not a list of pins.
+        var verifiedPins: [Pin]?
+        /// Subjects by pin, for comments only: from JSON's `verified_chain`, or from the
+        /// presented chain where one certificate alone carries the pin. logfmt's `chain` is text
+        /// a subject can imitate, so it never supplies a pin.
+        var subjects: [Pin: String]
     }
 
-    /// The fields of one line, or nil when it is neither a logfmt nor a JSON line.
-    static func fields(of rawLine: Substring) -> [String: String]? {
+    /// The decision a line records, when it is an `event=connection` line with certificates;
+    /// nil for any other line.
+    static func decision(of rawLine: Substring) -> Decision? {
         var line = rawLine.drop { $0 == " " || $0 == "\t" }
         if line.first == "<", let close = line.firstIndex(of: ">"), line.distance(from: line.startIndex, to: close) <= 4,
            line[line.index(after: line.startIndex)..<close].allSatisfy(\.isNumber) {
             line = line[line.index(after: close)...]
         }
-        if line.first == "{" { return json(line) }
-        return logfmt(line)
+        if line.first == "{" { return jsonDecision(line) }
+        guard let fields = logfmt(line) else { return nil }
+        let presented = fields["chain"].map(parseChain) ?? []
+        let verified = fields["verified_pins"].map { text in text.split(separator: ",", omittingEmptySubsequences: false).map { Pin(String($0)) } }
+        return decision(fields, presented: presented, verifiedPins: verified, verifiedChain: [])
     }
 
-    /// The decision a line records, when it is an `event=connection` line with a chain.
-    static func decision(_ fields: [String: String]) -> Decision? {
+    /// A JSON line: `presented_chain` and `verified_chain` are arrays of `{"subject", "spki"}`,
+    /// `verified_pins` an array of pins; an older line has a `chain` text instead.
+    static func jsonDecision(_ line: Substring) -> Decision? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        var fields: [String: String] = [:]
+        for (key, value) in object {
+            if let text = value as? String { fields[key] = text } else if !(value is [Any]) { fields[key] = "\(value)" }
+        }
+        func certificates(_ key: String) -> [(subject: String, pin: Pin)]? {
+            guard let elements = object[key] as? [Any] else { return nil }
+            return elements.compactMap { element in
+                guard let certificate = element as? [String: Any], let subject = certificate["subject"] as? String,
+                      let spki = certificate["spki"] as? String, let pin = Pin(spki) else { return nil }
+                return (subject, pin)
+            }
+        }
+        let presented = certificates("presented_chain") ?? fields["chain"].map(parseChain) ?? []
+        let verified = (object["verified_pins"] as? [Any]).map { $0.map { ($0 as? String).flatMap(Pin.init) } }
+        return decision(fields, presented: presented, verifiedPins: verified, verifiedChain: certificates("verified_chain") ?? [])
+    }
+
+    /// The decision of a line's `fields`, with what it says about certificates: `verifiedPins`
+    /// as read (nil elements did not parse), and the subjects of `verifiedChain` (JSON) or else
+    /// of `presented`.
+    private static func decision(_ fields: [String: String], presented: [(subject: String, pin: Pin)],
+                                 verifiedPins: [Pin?]?, verifiedChain: [(subject: String, pin: Pin)]) -> Decision? {
         guard fields["event"] == "connection", let host = fields["host"], let portText = fields["port"],
-              let port = UInt16(portText), let outcome = fields["outcome"], let chainText = fields["chain"] else { return nil }
-        let chain = parseChain(chainText)
-        guard !chain.isEmpty else { return nil }
+              let port = UInt16(portText), let outcome = fields["outcome"], !presented.isEmpty else { return nil }
+        var pins: [Pin]? = nil
+        if let verifiedPins, !verifiedPins.isEmpty, !verifiedPins.contains(nil) { pins = verifiedPins.compactMap { $0 } }
+        var subjects: [Pin: String] = [:]
+        let named = verifiedChain.isEmpty ? presented : verifiedChain
+        for (pin, carriers) in Dictionary(grouping: named, by: \.pin) where carriers.count == 1 {
+            subjects[pin] = carriers[0].subject
+        }
         return Decision(time: fields["time"] ?? "", host: host, port: port, entry: fields["entry"] ?? "-",
-                        outcome: outcome, reason: fields["reason"], detail: fields["detail"] ?? "", chain: chain)
+                        outcome: outcome, reason: fields["reason"], detail: fields["detail"] ?? "",
+                        verifiedPins: pins, subjects: subjects)
     }
 
     /// `SUBJECT sha256/PIN | SUBJECT sha256/PIN …`. A subject may itself hold ` | `, so each
@@ -104,14 +144,5 @@ enum DecisionLogReader {
             skipSpaces()
         }
         return fields.isEmpty ? nil : fields
-    }
-
-    static func json(_ line: Substring) -> [String: String]? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
-        var fields: [String: String] = [:]
-        for (key, value) in object {
-            if let text = value as? String { fields[key] = text } else { fields[key] = "\(value)" }
-        }
-        return fields
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
 import PinproxyPolicy
 
-/// What `pinproxy suggest` learns per host from decision lines: every distinct public key the
-/// host presented on connections whose chain the daemon verified, and when.
+/// What `pinproxy suggest` learns per host from decision lines: every distinct public key on
+/// the paths the daemon verified (`verified_pins`: leaf and intermediates, not the anchor), and
+/// when. What a server presented off that path is never learned.
 struct PolicySuggestion {
     /// One key seen in one chain position.
     struct Key {
@@ -26,15 +27,23 @@ struct PolicySuggestion {
     }
 
     private(set) var hosts: [String: Host] = [:]
-    /// Connection lines passed over because their chain was not verified (refused, or
-    /// allowed without a check), by why.
+    /// Connection lines passed over because their chain was not verified (refused, allowed
+    /// without a check, or without `verified_pins`), by why.
     private(set) var skipped: [String: Int] = [:]
 
-    /// Learns from one decision line. Only chains the daemon verified count: `allowed` lines
-    /// of checked entries, and report-only lines refused for a pin or revocation status alone.
+    /// Why a line of a learnable outcome without `verified_pins` is skipped.
+    static let noVerifiedPins = "no verified_pins (a line of an older pinproxy, or no path was verified)"
+
+    /// Learns from one decision line. Only paths the daemon verified count: `allowed` lines
+    /// of checked entries, and report-only lines refused for a pin or revocation status alone,
+    /// each through its `verified_pins` (never its presented chain).
     mutating func learn(_ decision: DecisionLogReader.Decision) {
         if let why = Self.unverifiedReason(decision) {
             skipped[why, default: 0] += 1
+            return
+        }
+        guard let verified = decision.verifiedPins else {
+            skipped[Self.noVerifiedPins, default: 0] += 1
             return
         }
         let name = HostPattern(decision.host)?.description ?? decision.host
@@ -47,12 +56,14 @@ struct PolicySuggestion {
         }
         host.ports.insert(decision.port)
         host.entries.insert(decision.entry)
-        for (position, element) in decision.chain.enumerated() {
-            var key = host.keys[element.pin] ?? Key(pin: element.pin, subject: element.subject, position: position, connections: 0, lastSeen: day)
+        // The path ends at its anchor, which is not pinned (unless the leaf is its own anchor).
+        for (position, pin) in verified.prefix(max(1, verified.count - 1)).enumerated() {
+            let subject = decision.subjects[pin] ?? "subject not named on the line"
+            var key = host.keys[pin] ?? Key(pin: pin, subject: subject, position: position, connections: 0, lastSeen: day)
             key.connections += 1
             key.position = min(key.position, position)
-            if day >= key.lastSeen { key.lastSeen = day; key.subject = element.subject }
-            host.keys[element.pin] = key
+            if day >= key.lastSeen { key.lastSeen = day; key.subject = subject }
+            host.keys[pin] = key
         }
         hosts[name] = host
     }

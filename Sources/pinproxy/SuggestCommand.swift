@@ -6,12 +6,14 @@ import PinproxyPolicy
 struct SuggestCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "suggest",
-        abstract: "Print a [hosts.\"HOST\"] block per host, pinning every public key seen in the decision log.",
+        abstract: "Print a [hosts.\"HOST\"] block per host, pinning every public key the daemon verified, from its decision log.",
         discussion: """
             Reads decision lines (logfmt or JSON) from FILEs or standard input, e.g.
-            journalctl -u pinproxy -o cat | pinproxy suggest. Only chains the daemon verified are
-            learned: allowed connections, and report-only ones refused for a pin or revocation
-            status alone. Run with [default] enforce = false for a while, then review and paste.
+            journalctl -u pinproxy -o cat | pinproxy suggest. Only paths the daemon verified are
+            learned, from the lines' verified_pins (leaf and intermediates): allowed connections,
+            and report-only ones refused for a pin or revocation status alone. Certificates a
+            server presented off that path, and lines without verified_pins, are never learned.
+            Run with [default] enforce = false for a while, then review and paste.
             """
     )
 
@@ -37,8 +39,7 @@ struct SuggestCommand: ParsableCommand {
             func consume(_ line: Data) {
                 lines += 1
                 guard let text = String(data: line, encoding: .utf8),
-                      let fields = DecisionLogReader.fields(of: Substring(text)),
-                      let decision = DecisionLogReader.decision(fields) else { return }
+                      let decision = DecisionLogReader.decision(of: Substring(text)) else { return }
                 suggestion.learn(decision)
             }
             while true {

@@ -140,6 +140,17 @@ final class ConfigLoaderTests: XCTestCase {
             [proxy]
             block_private_destinations = "yes"
             """, [(2, "proxy.block_private_destinations must be true or false, not a string")])
+        assertErrors("""
+            [proxy]
+            report_rate_limit = 0
+            report_file_max_bytes = -5
+            """, [(2, "proxy.report_rate_limit must be at least 1"), (3, "proxy.report_file_max_bytes must be at least 1")])
+        assertErrors("""
+            [proxy]
+            report_rate_limit = 10.5
+            report_file_max_bytes = "64 MiB"
+            """, [(2, "proxy.report_rate_limit must be an integer, not a floating-point number"),
+                  (3, "proxy.report_file_max_bytes must be an integer, not a string")])
     }
 
     func testModeTunnelIsNotImplemented() {
@@ -945,6 +956,8 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(config.policies.defaultEntry.policy.action, .verify)
         XCTAssertEqual(config.proxy.allowPorts, [443])
         XCTAssertEqual(config.proxy.listen.map(\.description), ["127.0.0.1:3128"])
+        XCTAssertEqual(config.proxy.reportRateLimit, 600)
+        XCTAssertEqual(config.proxy.reportFileMaxBytes, 64 << 20)
     }
 
     /// Every key the spec names, with a value, loads.
@@ -965,6 +978,8 @@ final class ConfigLoaderTests: XCTestCase {
             drain_timeout = 1
             max_connections = 100
             relay_buffer_bytes = 65536
+            report_rate_limit = 60
+            report_file_max_bytes = 1048576
 
             [resolve]
             "api.test" = "127.0.0.1"
@@ -1001,10 +1016,12 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(config.proxy.listen.map(\.description), ["127.0.0.1:3128", "[::1]:3128"])
         XCTAssertEqual(config.proxy.logFormat, .json)
         XCTAssertEqual(config.proxy.dnsTimeout, 2.5)
+        XCTAssertEqual(config.proxy.reportRateLimit, 60)
+        XCTAssertEqual(config.proxy.reportFileMaxBytes, 1_048_576)
         XCTAssertEqual(config.resolve["dual.test"]?.map(\.description), ["127.0.0.1", "::1"])
         let entry = config.policies.lookup(TargetHost("x.api.test")!)
         XCTAssertEqual(entry.name, #"hosts."api.test""#)
-        XCTAssertEqual(entry.line, 32)
+        XCTAssertEqual(entry.line, 34)
         XCTAssertEqual(entry.policy.minTLS, .v1_3)
         XCTAssertEqual(entry.policy.expires, "2040-01-01")
         XCTAssertEqual(entry.policy.pinsExpireAt, date("2040-01-02T00:00:00Z"))

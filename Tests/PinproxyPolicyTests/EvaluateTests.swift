@@ -583,6 +583,31 @@ final class EvaluateTests: XCTestCase {
 
     /// `evaluate` is a pure function of its inputs: a hand-built entry gives the same verdict,
     /// and evaluating twice gives the same answer.
+    /// `verifiedPath` is the path OpenSSL verified, leaf to anchor, whatever else the server
+    /// presented; nil when OpenSSL verified none (decision lines log it as `verified_pins`).
+    func testVerifiedPathIsOnlyWhatOpenSSLVerified() throws {
+        func path(_ config: String, _ chain: [Certificate]) throws -> [String]? {
+            let target = try XCTUnwrap(TargetHost("api.test"))
+            let entry = try pki.loadConfig(config).policies.lookup(target)
+            let verdict = TrustEvaluator.evaluate(.init(chain: chain), host: target, port: 443, entry: entry, at: evaluationTime)
+            XCTAssertEqual(verdict.presented.count, chain.count)
+            return verdict.verifiedPath.map { $0.map { Pin(digest: $0.publicKeySHA256).description } }
+        }
+        let apiChain = try pki.certificates("api-chain.pem")
+        let expected = ["api", "int-a", "root-a"].map(pki.spki)
+        XCTAssertEqual(try path(Self.apiEntry(), apiChain), expected)
+        XCTAssertEqual(try path(Self.apiEntry(), try pki.certificates("api-fullchain.pem")), expected)
+        // An unrelated self-signed certificate after a chain that verifies is off the path.
+        XCTAssertEqual(try path(Self.apiEntry(), apiChain + [try pki.certificate("root-b.pem")]), expected)
+        // A report-only pin mismatch: the path was verified all the same.
+        XCTAssertEqual(try path(Self.apiEntry("enforce = false\npin = \"public-key\"\npins = [\"{spki:api-newkey}\"]"), apiChain), expected)
+        // No path verified: an unknown issuer, an expired leaf, trust = "none", allow-insecure.
+        XCTAssertNil(try path(Self.apiEntry(), try pki.certificates("untrusted-chain.pem")))
+        XCTAssertNil(try path(Self.apiEntry(), try pki.certificates("expired-chain.pem")))
+        XCTAssertNil(try path("[hosts.\"api.test\"]\ntrust = \"none\"\npin = \"public-key\"\npins = [\"{spki:api}\"]", apiChain))
+        XCTAssertNil(try path("[hosts.\"api.test\"]\naction = \"allow-insecure\"", apiChain))
+    }
+
     func testHandBuiltEntry() throws {
         let root = try pki.certificate("root-a.pem")
         var settings = HostPolicy.Settings(trust: .anchors(try TrustStore(anchors: [root]), [root]), ports: [443])

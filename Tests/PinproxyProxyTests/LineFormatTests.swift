@@ -68,6 +68,25 @@ final class LineFormatTests: XCTestCase {
         XCTAssertEqual(line, expected)
     }
 
+    func testJSONListsAndCertificatesAreArrays() throws {
+        let certificates: [(subject: String, spki: String)] = [(#"CN=x sha256/AAAA | O="y""#, "sha256/BBBB"), ("CN=CA", "sha256/CCCC")]
+        let line = LineFormat.json([("event", .text("connection")), ("verified_pins", .list(["sha256/BBBB", "sha256/CCCC"])),
+                                    ("verified_chain", .certificates(certificates)), ("none", .list([]))])
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        XCTAssertEqual(object["verified_pins"] as? [String], ["sha256/BBBB", "sha256/CCCC"])
+        XCTAssertEqual(object["none"] as? [String], [])
+        let chain = try XCTUnwrap(object["verified_chain"] as? [[String: String]])
+        XCTAssertEqual(chain.map { $0["subject"] }, certificates.map(\.subject))
+        XCTAssertEqual(chain.map { $0["spki"] }, certificates.map(\.spki))
+        XCTAssertEqual(chain.map(\.count), [2, 2])
+    }
+
+    func testLogfmtJoinsListsAndCertificates() {
+        let line = LineFormat.logfmt([("chain", LineValue.certificates([("CN=a", "sha256/A="), ("CN=b", "sha256/B=")])),
+                                      ("verified_pins", .list(["sha256/A=", "sha256/B="]))])
+        XCTAssertEqual(line, #"chain="CN=a sha256/A= | CN=b sha256/B=" verified_pins="sha256/A=,sha256/B=""#)
+    }
+
     func testTheByteAndStringEscapersAgree() {
         for (_, value) in awkward {
             var bytes: [UInt8] = []

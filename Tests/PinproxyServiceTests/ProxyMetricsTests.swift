@@ -20,6 +20,7 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 0)
         XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_count"), 0)
         XCTAssertEqual(samples.value("pinproxy_verification_seconds_count"), 0)
+        XCTAssertEqual(samples.value("pinproxy_reopen_verdict_changes_total"), 0)
     }
 
     func testEverySeriesParsesWithItsTypeHelpAndValue() throws {
@@ -45,6 +46,7 @@ final class ProxyMetricsTests: XCTestCase {
         metrics.reload(ok: true)
         metrics.reload(ok: true)
         metrics.reload(ok: false)
+        metrics.reopenVerdictChanged()
         let now = Date(timeIntervalSince1970: 1_800_000_000)
         metrics.setPinExpiry(entries: [(pattern: "api.example.com", expiresAt: now.addingTimeInterval(41.5 * 86_400)),
                                        (pattern: "old.example.com", expiresAt: now.addingTimeInterval(-2 * 86_400))], now: now)
@@ -76,6 +78,7 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(samples.value("pinproxy_verification_seconds_bucket", ["le": "0.001"]), 1)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 2)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_reopen_verdict_changes_total"), 1)
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "api.example.com"]), 41.5)
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "old.example.com"]), -2)
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "api.example.com"]), 1_803_585_600)
@@ -86,6 +89,7 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(types["pinproxy_refusals"], "counter")
         XCTAssertEqual(types["pinproxy_relayed_bytes"], "counter")
         XCTAssertEqual(types["pinproxy_config_reloads"], "counter")
+        XCTAssertEqual(types["pinproxy_reopen_verdict_changes"], "counter")
         XCTAssertEqual(types["pinproxy_open_tunnels"], "gauge")
         XCTAssertEqual(types["pinproxy_pin_expiry_days"], "gauge")
         XCTAssertEqual(types["pinproxy_pin_expiry_timestamp_seconds"], "gauge")

@@ -69,7 +69,7 @@ final class SystemdFilesTests: XCTestCase {
             "Type=notify",
             "ExecStart=/usr/local/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml",
             "ExecReload=/bin/kill -HUP $MAINPID",
-            "StateDirectory=pinproxy", "ConfigurationDirectory=pinproxy", "DynamicUser=yes",
+            "StateDirectory=pinproxy", "ConfigurationDirectory=pinproxy", "LogsDirectory=pinproxy", "DynamicUser=yes",
             "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
             "PrivateDevices=yes", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "CapabilityBoundingSet=",
             "SystemCallFilter=@system-service", "LimitNOFILE=65536", "Restart=on-failure", "WatchdogSec=30s",
@@ -78,6 +78,23 @@ final class SystemdFilesTests: XCTestCase {
         }
         let socket = try String(contentsOfFile: socketUnit, encoding: .utf8)
         XCTAssertTrue(socket.contains("\nListenStream=127.0.0.1:3128\n"))
+    }
+
+    /// Under ProtectSystem=strict only the unit's own directories are writable: the `report_to`
+    /// file the shipped config and the README show must be in its LogsDirectory.
+    func testTheExampleReportFileIsInTheUnitsLogsDirectory() throws {
+        let unit = try String(contentsOfFile: serviceUnit, encoding: .utf8)
+        let logs = unit.split(separator: "\n").filter { $0.hasPrefix("LogsDirectory=") }
+        XCTAssertEqual(logs, ["LogsDirectory=pinproxy"])
+        for document in ["/config/pinproxy.toml", "/README.md"] {
+            let text = try String(contentsOfFile: repositoryRoot + document, encoding: .utf8)
+            let paths = text.components(separatedBy: "\"file:").dropFirst().map { $0.prefix { $0 != "\"" } }
+                .filter { $0.hasPrefix("/") }
+            XCTAssertFalse(paths.isEmpty, "\(document) shows no absolute report_to file")
+            for path in paths {
+                XCTAssertTrue(path.hasPrefix("/var/log/pinproxy/"), "\(document): \(path) is outside LogsDirectory=pinproxy")
+            }
+        }
     }
 
     /// scripts/install.sh into a staging DESTDIR, with this build's binary (no release build,

@@ -16,6 +16,7 @@ and is shut down by ``.close()`` (or as a context manager).
 - ``PlainHTTPOrigin``: the same handler without TLS (a CONNECT to it fails the
   upstream handshake).
 - ``SilentOrigin``: accepts TCP connections and never sends a byte.
+- ``HandshakeOrigin``: TLS handshakes on one port of many loopback addresses, nothing more.
 - ``ClosedPort``: a bound but not listening socket: connecting gets refused, and
   no one else can take the port while it exists.
 
@@ -298,6 +299,79 @@ class SilentOrigin:
             for c in self.held:
                 c.close()
             self.held.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class HandshakeOrigin:
+    """TLS with CHAIN and KEY on one port of each of many IPv4 loopback ADDRESSES: completes
+    the handshake of every connection, then closes it. Enough for a client that only judges
+    the certificate (a refused CONNECT to each address as an IP literal). ``.handshakes``
+    counts the completed handshakes."""
+
+    def __init__(self, chain: str | Path, key: str | Path, addresses: Sequence[str]):
+        import selectors
+
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(chain), str(key))
+        self.handshakes = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.listeners: list[socket.socket] = []
+        for _ in range(20):  # a port free on every address
+            probe = socket.socket()
+            probe.bind((addresses[0], 0))
+            self.port: int = probe.getsockname()[1]
+            probe.close()
+            try:
+                for address in addresses:
+                    s = socket.socket()
+                    self.listeners.append(s)
+                    s.bind((address, self.port))
+                    s.listen(128)
+                    s.setblocking(False)
+                break
+            except OSError:
+                for s in self.listeners:
+                    s.close()
+                self.listeners.clear()
+        if not self.listeners:
+            raise OSError(f"no port free on all of {len(addresses)} addresses")
+        self.selector = selectors.DefaultSelector()
+        for s in self.listeners:
+            self.selector.register(s, selectors.EVENT_READ)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="origin-handshakes")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self.selector.select(timeout=0.05):
+                try:
+                    conn, _ = key.fileobj.accept()
+                except OSError:
+                    continue
+                threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
+
+    def _handshake(self, conn: socket.socket) -> None:
+        conn.setblocking(True)
+        conn.settimeout(10)
+        try:
+            with self.ctx.wrap_socket(conn, server_side=True):
+                with self._lock:
+                    self.handshakes += 1
+        except OSError:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        self.selector.close()
+        for s in self.listeners:
+            s.close()
 
     def __enter__(self):
         return self

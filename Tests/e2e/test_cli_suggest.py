@@ -7,13 +7,21 @@ seen. That block passes `check`, and a daemon running it allows the origins it w
 from and refuses an attacker leaf from another CA that the entry also trusts.
 Lines whose chain was never verified (refusals, allow-insecure) teach nothing, and text from
 certificates cannot escape the comments it is printed in.
+Only the path OpenSSL verified is learned (`verified_pins`), never what a server merely
+presented: an unrelated certificate appended to a chain that verifies, or a pin spelled out in a
+certificate's subject, never reaches the block.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import tomllib
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 
 import origin as originlib
 import pki as pkilib
@@ -82,6 +90,69 @@ def test_suggested_block_allows_what_it_learned_and_refuses_an_attacker(make_pro
     expect_refusal(enforcing, API, origins.untrusted.port, "pin-mismatch")
 
 
+def hostile_origin(pki, directory, kind: str):
+    """An origin for api.test whose chain verifies to root-a but carries a key that must not be
+    learned: "appended", the api chain plus an unrelated self-signed certificate; "subject", a
+    leaf from int-a whose subject spells out another key's pin (`OU=x sha256/<pin> | O=y`).
+    Returns (origin, the leaf's pin, the pin that must never be suggested)."""
+    int_a = pki.certs["int-a"]
+    stranger = pkilib.make_root("stranger")
+    while "+" in stranger.spki_pin:  # RFC 2253 would print it escaped, as no pin: try another key
+        stranger = pkilib.make_root("stranger")
+    if kind == "appended":
+        leaf = pki.certs["api"]
+        certificates = (leaf.cert, int_a.cert, stranger.cert)
+        forbidden = stranger.spki_pin
+    else:
+        forbidden = stranger.spki_pin
+        subject = x509.Name([
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pinproxy tests"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, f"x {forbidden} | O=y"),
+            x509.NameAttribute(NameOID.COMMON_NAME, API),
+        ])
+        leaf = pkilib.make_leaf(API, int_a, subject=subject, san_dns=pkilib.API_SANS)
+        certificates = (leaf.cert, int_a.cert)
+    chain = pkilib.write_pem(directory / f"{kind}-chain.pem", *certificates)
+    key = pkilib.write_key(directory / f"{kind}.key", leaf.key)
+    return originlib.TLSOrigin(chain, key, name=kind), leaf.spki_pin, forbidden
+
+
+@pytest.mark.parametrize("log_format", ["logfmt", "json"])
+@pytest.mark.parametrize("kind", ["appended", "subject"])
+def test_only_the_verified_path_is_learned(make_proxy, pki, pinproxy, tmp_path, kind, log_format):
+    origin, leaf_pin, forbidden = hostile_origin(pki, tmp_path, kind)
+    try:
+        p = make_proxy(proxy={"allow_ports": [origin.port], "log_format": log_format},
+                       default={"trust": ["root-a.pem"], "enforce": False})
+        for _ in range(2):
+            with Tunnel(p, API, origin.port) as t:
+                assert t.get("/small") == (200, originlib.SMALL_BODY)
+        p.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "allowed", what="an allowed line")
+        log = p.log_path.read_text()
+        assert forbidden in log, log  # the server did present it
+        out = suggest(pinproxy, p.log_path)
+        assert out.returncode == 0, out
+        text = out.stdout
+        pins = tomllib.loads(text)["hosts"][API]["pins"]
+        assert forbidden not in pins, text
+        assert pins == [leaf_pin, pki.spki("int-a")], text  # not the anchor, root-a
+        assert "1 leaf key(s), 1 intermediate key(s)" in text, text
+
+        cfg = tmp_path / "suggested.toml"
+        cfg.write_text(text)
+        checked = run(pinproxy, "check", "--config", cfg)
+        assert checked.code == 0 and "1 pinned with 2 pins" in checked.out, checked
+
+        block = text[text.index(f'[hosts."{API}"]'):]
+        enforcing = make_proxy(proxy={"allow_ports": [origin.port]}, default={"action": "deny"})
+        enforcing.write_config(enforcing.render() + "\n" + block + '\ntrust = ["root-a.pem"]\n')
+        enforcing.reload()
+        with Tunnel(enforcing, API, origin.port) as t:
+            assert t.get("/small") == (200, originlib.SMALL_BODY)
+    finally:
+        origin.close()
+
+
 def test_json_log_from_standard_input_with_host_and_minimum(make_proxy, origins, pki, pinproxy):
     learned = learn(make_proxy, origins, log_format="json")
     log = learned.log_path.read_text()
@@ -102,10 +173,15 @@ PIN_B = "sha256/" + pkilib._b64_sha256(b"suggest b").removeprefix("sha256/")
 PIN_C = "sha256/" + pkilib._b64_sha256(b"suggest c").removeprefix("sha256/")
 
 
-def line(outcome: str, host: str = "a.test", chain: str = f"CN=a.test {PIN_A} | CN=CA {PIN_B}", **extra) -> str:
+def line(outcome: str, host: str = "a.test", chain: str = f"CN=a.test {PIN_A} | CN=CA {PIN_B}",
+         verified_pins: str | None = None, **extra) -> str:
+    """A logfmt decision line; `verified_pins` when given (the daemon omits it when OpenSSL
+    verified no path, and older daemons never wrote it)."""
     fields = {"time": "2026-11-20T10:00:00.000Z", "level": "info", "event": "connection", "client": "127.0.0.1:5",
               "host": host, "port": "443", "entry": "default", "outcome": outcome, "status": "200", **extra,
               "chain": chain}
+    if verified_pins is not None:
+        fields["verified_pins"] = verified_pins
     def quote(v: str) -> str:  # as the daemon writes logfmt values
         if v and all(0x20 < ord(ch) < 0x7F and ch not in '"=\\' for ch in v):
             return v
@@ -115,13 +191,18 @@ def line(outcome: str, host: str = "a.test", chain: str = f"CN=a.test {PIN_A} | 
 
 def test_only_verified_chains_are_learned(pinproxy):
     log = "\n".join([
-        line("allowed"),
+        line("allowed", verified_pins=f"{PIN_A},{PIN_B}"),
         '<4>' + line("refused", host="b.test", reason="untrusted-chain", status="403", chain=f"CN=evil {PIN_C}"),
         line("allowed", host="c.test", chain=f"CN=c {PIN_C}",
              detail='default has action = "allow-insecure": no certificate check was made'),
         line("report-only", host="d.test", reason="untrusted-chain", chain=f"CN=d {PIN_C}"),
-        line("report-only", host="e.test", reason="pin-mismatch", chain=f"CN=e {PIN_C}",
+        line("report-only", host="e.test", reason="pin-mismatch", chain=f"CN=e {PIN_C} | CN=CA {PIN_B}",
+             verified_pins=f"{PIN_C},{PIN_B}",
              detail="would refuse: pin-mismatch: none of the 2 public-key pin(s) matches the verified chain"),
+        # An older daemon's line (no verified_pins), and ones whose verified_pins are not pins.
+        line("allowed", host="f.test", chain=f"CN=f {PIN_C}"),
+        line("allowed", host="g.test", chain=f"CN=g {PIN_C}", verified_pins=f"{PIN_C},CN=g"),
+        line("allowed", host="h.test", chain=f"CN=h {PIN_C}", verified_pins=""),
         "time=2026-11-20T10:00:01.000Z level=info event=tunnel-closed host=a.test port=443",
         "not a log line at all",
     ])
@@ -129,15 +210,34 @@ def test_only_verified_chains_are_learned(pinproxy):
     assert out.returncode == 0, out
     text = out.stdout
     assert '[hosts."a.test"]' in text and '[hosts."e.test"]' in text, text
-    for host in ("b.test", "c.test", "d.test"):
+    for host in ("b.test", "c.test", "d.test", "f.test", "g.test", "h.test"):
         assert f'[hosts."{host}"]' not in text, text
     assert "not learned from: 1 connection line(s), refused untrusted-chain" in text, text
     assert "allow-insecure" in text and "report-only untrusted-chain" in text, text
+    assert "not learned from: 3 connection line(s), no verified_pins" in text, text
+    # The anchor that ends each path is not pinned; the leaf is.
+    hosts = tomllib.loads(text)["hosts"]
+    assert hosts["a.test"]["pins"] == [PIN_A] and hosts["e.test"]["pins"] == [PIN_C], text
+
+
+def test_json_lines_with_numbers_as_text_or_as_numbers(pinproxy):
+    """JSON lines of a daemon before typed logs (`"port":"443"`, `"status":"200"`) and after
+    (`"port":443`, `"status":200`) are read alike."""
+    def json_line(host: str, port, status) -> str:
+        return json.dumps({"time": "2026-11-20T10:00:00.000Z", "level": "info", "event": "connection",
+                           "client": "127.0.0.1:5", "host": host, "port": port, "entry": "default", "outcome": "allowed",
+                           "status": status, "presented_chain": [{"subject": f"CN={host}", "spki": PIN_A}],
+                           "verified_chain": [{"subject": f"CN={host}", "spki": PIN_A}, {"subject": "CN=CA", "spki": PIN_B}],
+                           "verified_pins": [PIN_A, PIN_B]})
+    out = suggest(pinproxy, stdin=json_line("old.test", "443", "200") + "\n" + json_line("new.test", 443, 200) + "\n")
+    assert out.returncode == 0, out
+    hosts = tomllib.loads(out.stdout)["hosts"]
+    assert hosts["old.test"]["pins"] == [PIN_A] and hosts["new.test"]["pins"] == [PIN_A], out.stdout
 
 
 def test_certificate_text_cannot_escape_its_comment(pinproxy, tmp_path):
     evil = 'CN=x\n[hosts."evil.test"]\naction = "allow-insecure"'
-    log = line("allowed", chain=f"{evil} {PIN_A}") + "\n"
+    log = line("allowed", chain=f"{evil} {PIN_A}", verified_pins=PIN_A) + "\n"
     out = suggest(pinproxy, stdin=log)
     assert out.returncode == 0, out
     for text_line in out.stdout.splitlines():

@@ -42,7 +42,26 @@ from service_support import http_get
 DOC = REPO / "docs/logs-and-metrics.md"
 WWW = "www.api.test"
 REPORT_ONLY = "127.0.0.1"
-PY_TYPES = {"string": (str,), "integer": (int,), "number": (int, float)}
+
+def is_certificate(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"subject", "spki"} and all(isinstance(v, str) for v in value.values())
+
+
+# Each documented type: what a JSON value of it is, and whether a logfmt text can be one.
+JSON_TYPES = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "array of strings": lambda v: isinstance(v, list) and all(isinstance(e, str) for e in v),
+    "array of certificates": lambda v: isinstance(v, list) and all(map(is_certificate, v)),
+}
+LOGFMT_TYPES = {
+    "string": lambda t: True,
+    "integer": lambda t: re.fullmatch(r"-?(0|[1-9][0-9]*)", t) is not None,
+    "number": lambda t: re.fullmatch(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?", t) is not None,
+    "array of strings": lambda t: True,
+    "array of certificates": lambda t: False,
+}
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -56,9 +75,10 @@ def section(title: str) -> str:
     return doc.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def log_reference() -> dict[str, dict[str, tuple[str, bool, bool]]]:
-    """{event: {field: (type, always, dash)}} from the `### event=…` tables; DASH: logfmt writes
-    `-` when it has no value, and JSON leaves it out."""
+def log_reference() -> dict[str, dict[str, tuple[str, bool, bool, str | None]]]:
+    """{event: {field: (type, always, dash, only)}} from the `### event=…` tables; DASH: logfmt
+    writes `-` when it has no value, and JSON leaves it out; ONLY: `json` or `logfmt` for a field
+    of one format."""
     reference = {}
     for part in re.split(r"^### ", section("Log lines"), flags=re.M)[1:]:
         heading, body = part.split("\n", 1)
@@ -66,8 +86,9 @@ def log_reference() -> dict[str, dict[str, tuple[str, bool, bool]]]:
         assert events, f"a table heading names no event: {heading}"
         fields = {}
         for name, kind, when in table_rows(body):
-            assert kind in PY_TYPES, f"{heading}: {name} has an unknown type {kind!r}"
-            fields[name.strip("`")] = (kind, when.startswith("always"), "`-` in logfmt" in when)
+            assert kind in JSON_TYPES, f"{heading}: {name} has an unknown type {kind!r}"
+            only = "json" if "JSON only" in when else "logfmt" if "logfmt only" in when else None
+            fields[name.strip("`")] = (kind, when.startswith("always"), "`-` in logfmt" in when, only)
         for event in events:
             assert event not in reference, f"event={event} has two tables"
             reference[event] = fields
@@ -103,7 +124,7 @@ def test_every_event_and_field_of_the_source_is_documented_once():
         sorted(documented ^ (source_fields() | {"time", "level", "event"})))
     types: dict[str, set[str]] = {}
     for fields in reference.values():
-        for field, (kind, _always, _dash) in fields.items():
+        for field, (kind, *_rest) in fields.items():
             types.setdefault(field, set()).add(kind)
     assert all(len(kinds) == 1 for kinds in types.values()), {f: k for f, k in types.items() if len(k) > 1}
 
@@ -120,17 +141,18 @@ def check_line(raw: str, reference) -> str:
     event = values.get("event")
     assert event in reference, f"event={event} is not in docs/logs-and-metrics.md: {raw}"
     fields = reference[event]
+    fmt = "json" if text.startswith("{") else "logfmt"
     for key, value in values.items():
         assert key in fields, f"field {key} is not documented for event={event}: {raw}"
-        kind = fields[key][0]
-        if text.startswith("{"):
-            assert isinstance(value, PY_TYPES[kind]) and not isinstance(value, bool), \
-                f"{key} is {type(value).__name__}, documented {kind}: {raw}"
+        kind, _always, dash, only = fields[key]
+        assert only in (None, fmt), f"{key} is documented for {only} lines only: {raw}"
+        if fmt == "json":
+            assert JSON_TYPES[kind](value), f"{key} is {json.dumps(value)}, documented {kind}: {raw}"
             assert value != "-", f"JSON leaves a field without a value out, not '-': {raw}"
-        elif kind != "string" and value != "-":
-            (int if kind == "integer" else float)(value)
-    for key, (_kind, always, dash) in fields.items():
-        if always and not (dash and text.startswith("{")):
+        elif not (dash and value == "-"):
+            assert LOGFMT_TYPES[kind](value), f"{key}={value!r} is not a {kind}: {raw}"
+    for key, (_kind, always, dash, only) in fields.items():
+        if always and only in (None, fmt) and not (dash and fmt == "json"):
             assert key in values, f"event={event} lacks {key}, which is always there: {raw}"
     return event
 

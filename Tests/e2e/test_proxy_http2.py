@@ -10,7 +10,8 @@ curl --http2, httpx with http2=True, and a gRPC unary call (grpcio, through grpc
 Then TLS-level cases against an origin that reports what it negotiated: a client offering
 only http/1.1 to an upstream that prefers h2, a client offering no ALPN, a protocol
 pinproxy does not know, an upstream without ALPN, and a reopened upstream whose chain no
-longer matches the pins (refused: the client's handshake is cut off).
+longer matches the pins (refused: the client's handshake is cut off; under `enforce = false`,
+relayed as report-only, with the change of verdict logged and counted).
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ from proxy_harness import (
     clean_env,
     connect,
     curl,  # noqa: F401 (fixture)
+    free_port,
     make_proxy,  # noqa: F401 (fixture)
     module_proxies,  # noqa: F401 (fixture)
     origins,  # noqa: F401 (fixture)
     pinned_entry,
     poll,
+    port_accepts,
 )
+from service_support import scrape
 
 WRONG = "wrong.test"  # the same origins, pinned to keys they do not have
 LEAF = "leaf.test"  # the same origins, pinned to the api leaf key only
@@ -353,7 +357,7 @@ def test_client_gets_what_the_upstream_negotiated(proxy, alpn_origins, origin, o
          what="one decision line per upstream handshake")
     lines = [l for l in proxy.logs(mark) if l.get("event") == "connection"]
     assert [l["alpn"] for l in lines] == [u or "-" for u in upstream_handshakes], [l.raw for l in lines]
-    assert all(l["outcome"] == "allowed" for l in lines)
+    assert all(l["outcome"] == "allowed" and "reopen_outcome" not in l for l in lines), [l.raw for l in lines]
     if len(lines) == 2:
         assert "upstream reopened for the client's ALPN offer" in lines[1]["detail"], lines[1].raw
 
@@ -388,8 +392,46 @@ def test_reopened_upstream_gets_the_verdict_again(proxy, alpn_origins):
     assert first["outcome"] == "allowed" and first["alpn"] == "h2", first.raw
     line = refusal_logged(proxy, LEAF, o.port, "pin-mismatch", mark)
     assert line["status"] == "200" and "reopened" in line["detail"] and line["alpn"] == "http/1.1", line.raw
+    assert line["reopen_outcome"] == "refused" and line["reopen_reason"] == "pin-mismatch", line.raw
     assert len(upstream_connections(o, 0)) == 2
     assert not [l for l in proxy.logs(mark) if l.get("event") == "tunnel-closed" and l.get("port") == str(o.port)]
+
+
+def test_report_only_reopen_says_its_verdict_changed(make_proxy, pki):
+    """`enforce = false`: the first upstream presents the pinned key (a plain 200), the one
+    reopened for the client's http/1.1 offer another key. The tunnel is relayed as report-only,
+    as the entry says; since the 200 described the first upstream only, the reopened upstream's
+    decision line says its verdict changed, and a counter counts it."""
+    o = ALPNOrigin(pki, ["h2", "http/1.1"], chains=("api", "api-newkey"))
+    try:
+        mport = free_port()
+        p = make_proxy(proxy={"allow_ports": [o.port], "metrics_listen": f"127.0.0.1:{mport}"},
+                       hosts={API: {"trust": ["root-a.pem"], "pin": "public-key", "pins": [pki.spki("api"), PIN_X],
+                                    "enforce": False}})
+        poll(lambda: port_accepts(mport), what="the metrics listener")
+        assert scrape(mport).value("pinproxy_reopen_verdict_changes_total") == 0
+        c = connect(p.port, API, o.port)
+        assert c.answer.status == 200 and "pinproxy-verdict" not in c.answer.headers, c.answer
+        ctx = p.client_context()
+        ctx.set_alpn_protocols(["http/1.1"])
+        with ctx.wrap_socket(c.sock, server_hostname=API) as tls:
+            assert tls.selected_alpn_protocol() == "http/1.1"
+            said = b""
+            while not said.endswith(b"\n"):
+                chunk = tls.recv(100)
+                assert chunk, f"the tunnel closed early ({said!r})\n{p.describe()}"
+                said += chunk
+        assert said == b"alpn=http/1.1\n"  # relayed from the reopened upstream
+        poll(lambda: len(decision(p, c.client_port)) == 2, what="the reopened upstream's decision line")
+        first, reopened = decision(p, c.client_port)
+        assert first["outcome"] == "allowed" and "reopen_outcome" not in first, first.raw
+        assert reopened["outcome"] == "report-only" and reopened["reason"] == "pin-mismatch", reopened.raw
+        assert reopened["reopen_outcome"] == "report-only" and reopened["reopen_reason"] == "pin-mismatch", reopened.raw
+        assert reopened["status"] == "200" and "reopened" in reopened["detail"], reopened.raw
+        assert scrape(mport).value("pinproxy_reopen_verdict_changes_total") == 1
+        assert upstream_connections(o, 0)[-1] == "http/1.1"
+    finally:
+        o.close()
 
 
 def test_refusal_is_still_an_http_answer(proxy, alpn_origins):

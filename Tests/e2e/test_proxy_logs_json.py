@@ -4,7 +4,8 @@ Every stderr line is one JSON object, and each event carries the same keys as th
 logfmt line for the same event (less those logfmt writes as `-`, which JSON leaves out), numbers
 as numbers: two daemons (logfmt and json, same policy) see the
 same traffic — an allowed tunnel, a pin-mismatch, a bad request, a reload — and their
-lines are compared key for key.
+lines are compared key for key. Certificates are the one difference: logfmt's `chain` text is
+JSON's `presented_chain` and `verified_chain` arrays, and `verified_pins` is a list in both.
 """
 
 from __future__ import annotations
@@ -90,8 +91,11 @@ def test_every_stderr_line_is_a_json_object(pair):
 
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 # The order lines print their fields in (`AccessLog.Field`): time, level and event first, then the rest.
-FIELD_ORDER = ["time", "level", "event", "client", "host", "port", "entry", "outcome", "reason", "status", "alpn",
-               "detail", "chain", "bytes_up", "bytes_down", "duration", "address", "config", "error", "entries", "warning"]
+FIELD_ORDER = ["time", "level", "event", "client", "host", "port", "entry", "outcome", "reason", "status",
+               "reopen_outcome", "reopen_reason", "alpn", "detail", "chain", "presented_chain", "verified_chain",
+               "verified_pins", "bytes_up", "bytes_down", "duration", "address", "config", "error", "entries", "warning"]
+# logfmt's `chain` is JSON's presented_chain and verified_chain.
+CERTIFICATE_KEYS = {"logfmt": {"chain"}, "json": {"presented_chain", "verified_chain"}}
 
 
 @pytest.mark.parametrize("fmt", ["logfmt", "json"])
@@ -117,7 +121,9 @@ def test_same_keys_as_logfmt(pair, scenario):
     lines = {fmt: event_line(p, scenario, ports[fmt].get(scenario)) for fmt, p in made.items()}
     assert lines["json"].is_json and not lines["logfmt"].is_json
     # A field logfmt writes as `-` (no value) is left out of JSON.
-    assert set(lines["json"]) == {k for k, v in lines["logfmt"].items() if v != "-"}, (
+    keys = {fmt: {k for k, v in line.items() if v != "-"} - CERTIFICATE_KEYS[fmt] for fmt, line in lines.items()}
+    assert ("chain" in lines["logfmt"]) == ("presented_chain" in lines["json"]), (lines["logfmt"].raw, lines["json"].raw)
+    assert keys["json"] == keys["logfmt"], (
         f"keys differ:\nlogfmt: {sorted(lines['logfmt'])}\njson:   {sorted(lines['json'])}\n"
         f"{lines['logfmt'].raw}\n{lines['json'].raw}")
     for key in ("event", "outcome", "reason", "status", "host", "entry"):
@@ -130,7 +136,17 @@ def test_json_values(pair, pki):
     p = made["json"]
     refused = event_line(p, "refused", ports["json"]["refused"])
     assert refused["outcome"] == "refused" and refused["reason"] == "pin-mismatch", refused.raw
-    assert pki.spki("api") in refused["chain"], refused.raw
+    obj = json.loads(refused.raw)
+    assert "chain" not in obj, refused.raw
+    presented = [(c["subject"], c["spki"]) for c in obj["presented_chain"]]
+    assert presented == [("CN=api.test,O=pinproxy tests", pki.spki("api")),
+                         ("CN=pinproxy test intermediate A,O=pinproxy tests", pki.spki("int-a"))], refused.raw
+    # The path OpenSSL verified ends at the anchor, root-a, which the server did not send.
+    path = [pki.spki(stem) for stem in ("api", "int-a", "root-a")]
+    assert [c["spki"] for c in obj["verified_chain"]] == path and obj["verified_pins"] == path, refused.raw
+    assert obj["verified_chain"][2]["subject"] == "CN=pinproxy test root A,O=pinproxy tests", refused.raw
+    logfmt = event_line(made["logfmt"], "refused", ports["logfmt"]["refused"])
+    assert logfmt["verified_pins"] == ",".join(path), logfmt.raw
     closed = event_line(p, "tunnel-closed", ports["json"]["tunnel-closed"])
     obj = json.loads(closed.raw)
     for key in ("bytes_up", "bytes_down", "port"):

@@ -79,6 +79,7 @@ def test_pin_mismatch_allowed_reported_and_marked(proxy, origins, pki):
     assert line.get("reason") == "pin-mismatch", line.raw
     assert line.get("entry") == 'hosts."api.test"', line.raw
     assert pki.spki("api") in line.get("chain", ""), line.raw
+    assert line.get("verified_pins") == ",".join(pki.spki(stem) for stem in ("api", "int-a", "root-a")), line.raw
     proxy.wait_for_log(lambda l: l.get("event") == "tunnel-closed" and l.get("client") == f"127.0.0.1:{cport}",
                        what="the report-only tunnel's tunnel-closed line")
 
@@ -101,6 +102,7 @@ def test_pin_mismatch_report_only_with_curl_big_body(proxy, origins, curl):
 def test_untrusted_chain_refused_even_report_only(proxy, origins, pki):
     _, line = expect_refusal(proxy, "www.api.test", origins.untrusted.port, "untrusted-chain")
     assert pki.spki("untrusted") in line.get("chain", ""), line.raw
+    assert "verified_pins" not in line, line.raw  # OpenSSL verified no path
 
 
 def test_expired_refused_even_report_only(proxy, origins):
