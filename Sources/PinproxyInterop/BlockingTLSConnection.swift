@@ -120,6 +120,7 @@ public final class BlockingTLSConnection {
     public func write(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
+            // offset < count: the bytes are not empty, so their base address is not nil.
             let count = bytes.withUnsafeBytes { SSL_write(ssl, $0.baseAddress! + offset, Int32(min(bytes.count - offset, 1 << 20))) }
             guard count > 0 else { throw OpenSSLError.drain("TLS write failed") }
             offset += Int(count)

@@ -35,7 +35,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
                 result.unicodeScalars.append(scalar)
                 rest = rest.dropFirst(String(scalar).utf8.count)
             case .error, .emptyInput:
-                result += String(format: "\\x%02X", rest.first!)
+                result += String(format: "\\x%02X", rest.first!)  // rest is not empty: never nil
                 rest = rest.dropFirst()
             }
         }
@@ -113,7 +113,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
         // A path holding NUL would name another file: it names none.
         let terminated = bytes.contains(0) ? [0] : bytes + [0]
         return terminated.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
+            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }  // holds the NUL at least: never nil
         }
     }
 }

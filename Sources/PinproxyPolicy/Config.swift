@@ -50,7 +50,7 @@ public struct ProxySettings: Sendable {
         case inTLS = "in-tls"
     }
 
-    public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]
+    public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]  // a valid literal: never nil
     /// Where the local CA lives; nil means the platform default (see `LocalCA`).
     public var caDirectory: String?
     public var allowPorts: Set<UInt16> = [443]

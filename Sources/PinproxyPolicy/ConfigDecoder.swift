@@ -243,7 +243,7 @@ struct ConfigDecoder {
                 var components = DateComponents()
                 (components.year, components.month, components.day) = (date.year, date.month, date.day + 1)
                 var calendar = Calendar(identifier: .gregorian)
-                calendar.timeZone = TimeZone(identifier: "UTC")!
+                calendar.timeZone = .gmt
                 guard let end = calendar.date(from: components) else {
                     typeError(keyPath, value, expected: "a date such as 2027-01-31")
                     continue
@@ -274,7 +274,7 @@ struct ConfigDecoder {
             case "crls":
                 if let files = strings(value, keyPath) { policy.crlFiles = files }
             default:
-                preconditionFailure("policy key \(key) has no reader")
+                error(keyPath, "\(displayKeyPath(keyPath)) is not read by this pinproxy")
             }
         }
         if found < keyCount {
@@ -292,7 +292,7 @@ struct ConfigDecoder {
     }
 
     mutating func unknownKey(_ keyPath: [String], known: [String]) {
-        let key = keyPath.last!
+        let key = keyPath.last ?? ""
         var message = "unknown key \(displayKeyPath(keyPath))"
         if let close = known.min(by: { editDistance($0, key) < editDistance($1, key) }), editDistance(close, key) <= 2 {
             message += " (did you mean \"\(close)\"?)"

@@ -139,8 +139,12 @@ private struct Load {
             // No [default]: every default, which is the system store.
             var found: [Finding] = []
             if let store = files.system(["default"], into: &found) {
-                defaultEntry = PolicyEntry(pattern: nil, name: "default", line: 0,
-                                           policy: try! HostPolicy(.init(trust: .system(store), ports: proxy.allowPorts)))
+                do {
+                    defaultEntry = PolicyEntry(pattern: nil, name: "default", line: 0,
+                                               policy: try HostPolicy(.init(trust: .system(store), ports: proxy.allowPorts)))
+                } catch {
+                    found.append(.error(["default"], "default: \(error)"))
+                }
             }
             findings += found
         } else if let table = decoder.table("default", in: document),
@@ -209,7 +213,7 @@ private struct Load {
             results.store(index, Self.hostSlice(keys[(keys.count * index / sliceCount)..<(keys.count * (index + 1) / sliceCount)],
                                                 in: table, proxy: proxy, files: template))
         }
-        let slices = results.all
+        guard let slices = results.all else { return nil }
         var entries: [PolicyEntry] = []
         entries.reserveCapacity(keys.count)
         for slice in slices {

@@ -55,7 +55,8 @@ block_private_destinations = true
 #                                    # until it is reopened (SIGHUP): pinproxy never renames it
 
 # verify_command (a policy key, below) runs off the event loops: at most this many at once,
-# each killed after its timeout (the connection is then refused), answers reused this long.
+# each killed with its process group after its timeout (the connection is then refused), exit
+# statuses reused this long (a reload forgets them).
 # verify_command_timeout = 5
 # verify_command_concurrency = 4
 # verify_command_cache = 300

@@ -1,5 +1,5 @@
-/// Why pinproxy refuses a connection: the tokens clients see in `Pinproxy-Refusal` and
-/// operators see in the log. The verdict function decides the certificate and policy
+/// Why pinproxy refuses a connection: the tokens clients see in `Pinproxy-Refusal`, operators
+/// see in the log, and the metrics carry as their `reason` label. The verdict function decides the certificate and policy
 /// reasons; the proxy decides the request, destination and upstream ones.
 public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     // Decided by the verdict, in priority order for chain, host and pin checks.
@@ -25,63 +25,66 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case handshakeFailed = "handshake-failed"
     case upstreamTimeout = "upstream-timeout"
 
-    /// Whether the verdict decides this reason from the entry (host, port, certificate), rather
-    /// than the proxy (request, destination, upstream, TLS version).
-    public var isPolicyDecision: Bool {
-        switch self {
-        case .hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
-             .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .customCheck:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// Whether the certificate the server presented is why: the reasons a pin-failure report
-    /// (`report_to`) is sent for.
-    public var isCertificateReason: Bool {
-        switch self {
-        case .untrustedChain, .certificateExpired, .certificateNotYetValid, .revoked, .revocationUnknown,
-             .hostnameMismatch, .pinMismatch, .customCheck:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
-    /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
-    /// operator's own check, an addition like pins). The chain, its dates, the
-    /// host name and a revocation are always enforced: behind an intercepting proxy the client
-    /// has no check of its own left.
-    public var mayBeReportOnly: Bool {
-        switch self {
-        case .hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// The `error` of the `Proxy-Status` header (RFC 9209) a refusal for this reason carries.
-    /// A DNS lookup that times out is `dns-failure` with `dns_timeout` instead.
-    public var proxyStatusError: ProxyStatusError {
-        switch self {
-        case .pinMismatch, .untrustedChain, .hostnameMismatch, .certificateExpired, .certificateNotYetValid, .revoked,
-             .revocationUnknown, .customCheck:
-            return .tlsCertificateError
-        case .handshakeFailed, .tlsVersion: return .tlsProtocolError
-        case .dnsFailure: return .dnsError
-        case .upstreamUnreachable: return .destinationUnavailable
-        case .upstreamTimeout: return .connectionTimeout
-        case .destinationDenied: return .destinationIPProhibited
-        case .hostDenied, .portDenied, .cleartextDenied: return .httpRequestDenied
-        case .badRequest: return .httpRequestError
-        }
-    }
-
     /// Declaration order is priority order: the first failing check names the verdict.
     public static func < (lhs: RefusalReason, rhs: RefusalReason) -> Bool {
-        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+        lhs.priority < rhs.priority
     }
+
+    /// The position in declaration order (every case is in `allCases`).
+    private var priority: Int { Self.allCases.firstIndex(of: self) ?? Self.allCases.count }
+
+    /// What pinproxy does with this reason: the one table every part of it reads. Every case
+    /// states every column, so a new reason cannot fall into another's treatment, and a new
+    /// column is a field of `RefusalTraits` filled in here.
+    public var traits: RefusalTraits {
+        switch self {
+        //                                        status report policy cert  Proxy-Status error
+        case .hostDenied:              return row(403, true,  true,  false, .httpRequestDenied)
+        case .portDenied:              return row(403, true,  true,  false, .httpRequestDenied)
+        case .untrustedChain:          return row(403, false, true,  true,  .tlsCertificateError)
+        case .certificateExpired:      return row(403, false, true,  true,  .tlsCertificateError)
+        case .certificateNotYetValid:  return row(403, false, true,  true,  .tlsCertificateError)
+        case .revoked:                 return row(403, false, true,  true,  .tlsCertificateError)
+        case .revocationUnknown:       return row(403, true,  true,  true,  .tlsCertificateError)
+        case .hostnameMismatch:        return row(403, false, true,  true,  .tlsCertificateError)
+        case .pinMismatch:             return row(403, true,  true,  true,  .tlsCertificateError)
+        case .customCheck:             return row(403, true,  true,  true,  .tlsCertificateError)
+        case .tlsVersion:              return row(403, false, false, false, .tlsProtocolError)
+        case .destinationDenied:       return row(403, false, false, false, .destinationIPProhibited)
+        case .cleartextDenied:         return row(403, false, false, false, .httpRequestDenied)
+        case .badRequest:              return row(400, false, false, false, .httpRequestError)
+        case .dnsFailure:              return row(502, false, false, false, .dnsError)
+        case .upstreamUnreachable:     return row(502, false, false, false, .destinationUnavailable)
+        case .handshakeFailed:         return row(502, false, false, false, .tlsProtocolError)
+        case .upstreamTimeout:         return row(504, false, false, false, .connectionTimeout)
+        }
+    }
+}
+
+/// One reason's row of the table `RefusalReason.traits`.
+public struct RefusalTraits: Sendable {
+    /// The HTTP status of a refusal for this reason (the CONNECT answer, or the in-TLS page).
+    public let httpStatus: Int
+    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
+    /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
+    /// operator's own check, an addition like pins). The chain, its dates, the host name and a
+    /// revocation are always enforced: behind an intercepting proxy the client has no check of
+    /// its own left.
+    public let mayBeReportOnly: Bool
+    /// Whether the verdict decides this reason from the entry (host, port, certificate), rather
+    /// than the proxy (request, destination, upstream, TLS version).
+    public let isPolicyDecision: Bool
+    /// Whether the certificate the server presented is why: the reasons a pin-failure report
+    /// (`report_to`) is sent for.
+    public let isCertificateReason: Bool
+    /// The `error` of the `Proxy-Status` header (RFC 9209) a refusal for this reason carries.
+    /// A DNS lookup that times out is `dns-failure` with `dns_timeout` instead.
+    public let proxyStatusError: ProxyStatusError
+}
+
+/// A row of `RefusalReason.traits`, in its columns' order.
+private func row(_ httpStatus: Int, _ mayBeReportOnly: Bool, _ isPolicyDecision: Bool, _ isCertificateReason: Bool,
+                 _ proxyStatusError: ProxyStatusError) -> RefusalTraits {
+    RefusalTraits(httpStatus: httpStatus, mayBeReportOnly: mayBeReportOnly, isPolicyDecision: isPolicyDecision,
+                  isCertificateReason: isCertificateReason, proxyStatusError: proxyStatusError)
 }

@@ -61,7 +61,7 @@ public struct AccessLog: Sendable {
     /// `Field` order (a field given twice keeps its last value).
     public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)], certificates: Certificates? = nil) {
         var values = [LineValue?](repeating: nil, count: Field.allCases.count)
-        for (field, value) in fields { values[Self.rank[field]!] = .text(value) }
+        for (field, value) in fields { values[Self.rank[field]!] = .text(value) }  // `rank` holds every Field: never nil
         if let certificates {
             for (field, value) in certificateFields(certificates) { values[Self.rank[field]!] = value }
         }

@@ -176,12 +176,13 @@ final class ClientConnection {
     /// How long a refusal may take to reach the client.
     static let refusalGrace: TimeInterval = 5
 
-    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config) {
+    /// Throws (the socket closed) when the client's buffer event cannot be made.
+    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config) throws {
         self.worker = worker
         self.client = client
         self.config = config
         setNoDelay(socket)
-        self.clientSide = BufferEvent(loop: worker.loop, socket: socket)
+        self.clientSide = try BufferEvent(loop: worker.loop, socket: socket)
     }
 
     /// Step 1 (after accept): read the request within `request_timeout`. The client is watched

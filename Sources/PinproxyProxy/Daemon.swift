@@ -12,7 +12,7 @@ public final class Daemon {
     private let configPath: String?
     private let shared: SharedState
     private let settings: ProxySettings
-    private let control = EventLoop()
+    private let control: EventLoop
     private var workers: [Worker] = []
     private var signals: [SignalWatcher] = []
     private var drainTimer: PinproxyInterop.Timer?
@@ -46,6 +46,7 @@ public final class Daemon {
             case .error: log.emit(.error, "libevent", [(.detail, message)])
             }
         }
+        control = try EventLoop()
         // Signal handlers first: a signal that arrives once the port accepts must never find the
         // default action (death). Until the control loop runs, signals wait in libevent's queue.
         signals = [
@@ -60,7 +61,7 @@ public final class Daemon {
         // and again after, against a daemon that bound at the same moment.
         if inherited.isEmpty { try Self.refuseSharedListeners(config.proxy.listen, ours: []) }
         for _ in 0..<count {
-            let worker = Worker(shared: shared)
+            let worker = try Worker(shared: shared)
             if inherited.isEmpty { try worker.listen(on: config.proxy.listen) } else { try worker.listen(onInherited: inherited) }
             workers.append(worker)
         }
@@ -111,7 +112,7 @@ public final class Daemon {
             shared.log.emit(.info, "listening", [(.address, address.description)])
         }
         if let adminServer {
-            shared.log.emit(.info, "metrics-listening", [(.address, "\(SocketAddress(address: IPAddress(adminServer.host)!, port: adminServer.boundPort))")])
+            shared.log.emit(.info, "metrics-listening", [(.address, adminServer.boundAddress.description)])
         }
         startHousekeeping()
         notifier.ready(status: statusLine())
@@ -181,6 +182,9 @@ public final class Daemon {
                 // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
                 if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
             }
+            // Whatever the reload finds: a command's own files may change without the config.
+            // Answers stored meanwhile belong to the old entries, which new connections never use.
+            shared.customChecks.forgetAnswers()
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
                 shared.policy.replace(with: config)

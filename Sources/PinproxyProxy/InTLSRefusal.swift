@@ -151,7 +151,7 @@ extension ClientConnection {
         let entry = verdict?.entry ?? subject.entry
         let policy = entry?.policy
         let page = RefusalResponse.Page(
-            status: reason.httpStatus, reason: reason, detail: detail, proxyStatus: proxyStatus,
+            status: reason.traits.httpStatus, reason: reason, detail: detail, proxyStatus: proxyStatus,
             host: subject.host.description, port: subject.port,
             entry: entry?.name, configPath: config.path,
             presented: (verdict?.presented ?? []).map {

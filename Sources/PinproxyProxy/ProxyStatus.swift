@@ -11,7 +11,7 @@ enum ProxyStatus {
     /// The header value for a refusal for `reason` saying `detail` (with or without the reason
     /// in front); `error` overrides the reason's own error type (a DNS timeout).
     static func value(reason: RefusalReason, detail: String, error: ProxyStatusError? = nil) -> String {
-        let head = "pinproxy; error=\((error ?? reason.proxyStatusError).rawValue); details=\""
+        let head = "pinproxy; error=\((error ?? reason.traits.proxyStatusError).rawValue); details=\""
         // A verdict's detail starts with its reason already (`pin-mismatch: none of …`).
         let text = detail.isEmpty ? reason.rawValue : detail.hasPrefix("\(reason.rawValue): ") ? detail : "\(reason.rawValue): \(detail)"
         // Room for the text before the closing quote.

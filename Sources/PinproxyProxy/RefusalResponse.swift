@@ -1,11 +1,37 @@
 import PinproxyPolicy
 
-/// The status line of a refusal, built so that clients which print only the CONNECT answer's
-/// reason phrase (Python's http.client — so urllib, requests and pip — and wget) say what
-/// happened: `HTTP/1.1 403 pinproxy: pin-mismatch for api.example.com`.
+/// What a refused client gets. The status line is built so that clients which print only the
+/// CONNECT answer's reason phrase (Python's http.client — so urllib, requests and pip — and
+/// wget) say what happened: `HTTP/1.1 403 pinproxy: pin-mismatch for api.example.com`. Every
+/// byte of it is printable ASCII, and bounded: the detail holds server text (certificate
+/// subjects).
 enum RefusalResponse {
     /// The longest host name the phrase carries; a longer one ends in `...`.
     static let maximumHostLength = 100
+    /// The longest detail a body carries, in characters; a longer one ends in `...`.
+    static let maximumDetailLength = 2_000
+
+    /// The whole refusal on the CONNECT (`refusal = "connect"`, or a request without a host):
+    /// the status line, `Pinproxy-Refusal`, and a body naming the reason, the target (when the
+    /// request named one) and the detail.
+    static func connectResponse(status: Int, reason: RefusalReason, proxyStatus: String, target: (host: String, port: UInt16)?,
+                                detail: String) -> [UInt8] {
+        let named = target.map { "\(sanitizedHost($0.host)):\($0.port)" } ?? "the request"
+        let body = "pinproxy refused \(named): \(reason.rawValue)\n\(printable(detail, limit: maximumDetailLength))\n"
+        return response(status: status, reason: reason, proxyStatus: proxyStatus, host: target?.host, body: body, includeBody: true)
+    }
+
+    /// The status line, `Pinproxy-Refusal`, `Proxy-Status` (`ProxyStatus.value`), the headers of
+    /// a text body that closes the connection, and `body` unless `includeBody` is false (for HEAD).
+    static func response(status: Int, reason: RefusalReason, proxyStatus: String, host: String?, body: String,
+                         includeBody: Bool) -> [UInt8] {
+        let body = Array(body.utf8)
+        var head = statusLine(status: status, reason: reason, host: host) + "\r\n"
+        head += "Pinproxy-Refusal: \(reason.rawValue)\r\nProxy-Status: \(proxyStatus)\r\n"
+        head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+        return Array(head.utf8) + (includeBody ? body : [])
+    }
 
     /// `HTTP/1.1 STATUS pinproxy: REASON[ for HOST]`, without the CRLF. One line of printable
     /// ASCII at most 160 bytes long, whatever the host holds.
@@ -65,12 +91,8 @@ extension RefusalResponse {
     /// HEAD): the refusal's status line, `Pinproxy-Refusal`, and a text body that says what was
     /// presented, which pins were expected, and how to update the policy; `Proxy-Status` too.
     static func inTLSResponse(_ page: Page, includeBody: Bool = true) -> [UInt8] {
-        let body = Array(inTLSBody(page).utf8)
-        var head = statusLine(status: page.status, reason: page.reason, host: page.host) + "\r\n"
-        head += "Pinproxy-Refusal: \(page.reason.rawValue)\r\nProxy-Status: \(page.proxyStatus)\r\n"
-        head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
-        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        return Array(head.utf8) + (includeBody ? body : [])
+        response(status: page.status, reason: page.reason, proxyStatus: page.proxyStatus, host: page.host, body: inTLSBody(page),
+                 includeBody: includeBody)
     }
 
     static func inTLSBody(_ page: Page) -> String {
@@ -78,7 +100,7 @@ extension RefusalResponse {
         let config = printable(page.configPath, limit: 300)
         var lines = [
             "pinproxy refused \(host):\(page.port): \(page.reason.rawValue)",
-            printable(page.detail, limit: 2_000),
+            printable(page.detail, limit: maximumDetailLength),
             "",
             "This answer comes from pinproxy, not from \(host) (pinproxy's refusal = \"in-tls\" mode): nothing",
             "of this request went to \(host), and nothing from \(host) reaches this client.",
@@ -131,22 +153,20 @@ extension RefusalResponse {
             return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
         case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
             return "none needed: pinproxy could not reach \(host):\(page.port), which is not a policy decision."
-        default:
+        case .customCheck, .cleartextDenied, .badRequest:
             return nil
         }
     }
 
-    /// TEXT with control characters (C0, DEL, C1: terminal escapes), format characters (bidi
-    /// overrides) and line or paragraph separators replaced by `?`, cut to LIMIT characters:
-    /// what a server puts in its certificate cannot restyle or disguise the page.
+    /// TEXT as printable ASCII: every other character (control characters such as terminal
+    /// escapes, bidi overrides, line separators, any non-ASCII letter) replaced by `?`, cut to
+    /// LIMIT characters: what a server puts in its certificate cannot restyle or disguise a
+    /// refusal, nor make it long.
     static func printable(_ text: String, limit: Int) -> String {
-        var scalars = String.UnicodeScalarView()
+        var bytes: [UInt8] = []
         for scalar in text.unicodeScalars.prefix(limit) {
-            switch scalar.properties.generalCategory {
-            case .control, .format, .lineSeparator, .paragraphSeparator: scalars.append("?")
-            default: scalars.append(scalar)
-            }
+            bytes.append((0x20...0x7E).contains(scalar.value) ? UInt8(scalar.value) : UInt8(ascii: "?"))
         }
-        return String(scalars) + (text.unicodeScalars.count > limit ? "..." : "")
+        return String(decoding: bytes, as: UTF8.self) + (text.unicodeScalars.count > limit ? "..." : "")
     }
 }

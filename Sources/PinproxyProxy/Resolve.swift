@@ -13,7 +13,7 @@ extension ClientConnection {
         case .name(let name):
             if let configured = config.resolve[name] { return checkDestinations(configured, for: destination) }
             let timer = LoopTimer(loop: worker.loop, after: config.proxy.dnsTimeout) { [weak self] in self?.dnsTimedOut() }
-            let request = worker.loop.dns.resolve(name) { [weak self] result in self?.resolved(result) }
+            let request = worker.resolver.resolve(name) { [weak self] result in self?.resolved(result) }
             enter(.resolving(destination, request, timer: timer))
         }
     }

@@ -4,18 +4,6 @@ import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
 
-extension RefusalReason {
-    /// The HTTP status a refusal for this reason carries.
-    public var httpStatus: Int {
-        switch self {
-        case .badRequest: return 400
-        case .dnsFailure, .upstreamUnreachable, .handshakeFailed: return 502
-        case .upstreamTimeout: return 504
-        default: return 403
-        }
-    }
-}
-
 extension ClientConnection {
     /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
     /// `destination` names the entry when the state does not hold it yet; `proxyError`
@@ -49,7 +37,7 @@ extension ClientConnection {
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
-        logDecision(outcome: .refused, reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
+        logDecision(outcome: .refused, reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
         worker.shared.metrics.connection(outcome: .refused, reason: reason)
         worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
@@ -63,13 +51,12 @@ extension ClientConnection {
         }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
-        let body = "pinproxy refused \(subject.map { "\($0.host):\($0.port)" } ?? "the request"): \(reason.rawValue)\n\(detail)\n"
-        let statusLine = RefusalResponse.statusLine(status: reason.httpStatus, reason: reason, host: subject?.host.description)
-        let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nProxy-Status: \(proxyStatus)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+        let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason, proxyStatus: proxyStatus,
+                                                     target: subject.map { ($0.host.description, $0.port) }, detail: detail)
         clientSide.setReading(false)
         clientSide.discardInput()
         clientSide.setWriteLowWatermark(0)
-        clientSide.write(Array((head + body).utf8))
+        clientSide.write(answer)
         if clientSide.outputLength == 0 { close() }
     }
 

@@ -61,7 +61,7 @@ final class SharedState: Sendable {
     /// Sends a pin-failure report for `verdict`, when a certificate reason refused (or would
     /// have refused) the connection to `host`:`port`.
     func report(_ verdict: Verdict, host: TargetHost, port: UInt16) {
-        guard let reports, let reason = verdict.reason, reason.isCertificateReason else { return }
+        guard let reports, let reason = verdict.reason, reason.traits.isCertificateReason else { return }
         reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()) }
     }
 
@@ -79,7 +79,10 @@ final class SharedState: Sendable {
 /// Step 1: one event loop on its own thread, with its own listeners (SO_REUSEPORT, so the
 /// kernel spreads accepts across workers), DNS resolver and connections.
 final class Worker: @unchecked Sendable {
-    let loop = EventLoop()
+    let loop: EventLoop
+    /// The loop's DNS resolver: resolv.conf and /etc/hosts are read when the worker is made,
+    /// not on the loop at the first lookup.
+    let resolver: DNSResolver
     let shared: SharedState
     private var listeners: [Listener] = []
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
@@ -93,10 +96,11 @@ final class Worker: @unchecked Sendable {
     /// How often a worker proves it is alive.
     static let heartbeatInterval: TimeInterval = 1
 
-    init(shared: SharedState) {
+    /// Throws when libevent cannot make the loop or its resolver.
+    init(shared: SharedState) throws {
         self.shared = shared
-        // Reads resolv.conf and /etc/hosts now, not on the loop at the first lookup.
-        _ = loop.dns
+        loop = try EventLoop()
+        resolver = try DNSResolver(loop: loop)
         beat()
         heartbeatTimer = PinproxyInterop.Timer(loop: loop, after: Self.heartbeatInterval, repeats: true) { [unowned self] in self.beat() }
     }
@@ -173,7 +177,14 @@ final class Worker: @unchecked Sendable {
             }
             return
         }
-        let connection = ClientConnection(worker: self, socket: socket, client: client, config: config)
+        let connection: ClientConnection
+        do {
+            connection = try ClientConnection(worker: self, socket: socket, client: client, config: config)
+        } catch {
+            shared.openConnections.subtract(1, ordering: .relaxed)
+            shared.log.emit(.error, "accept-failed", [(.client, client?.description ?? "-"), (.detail, "\(error): the connection is closed")])
+            return
+        }
         connections[ObjectIdentifier(connection)] = connection
         connection.start()
     }

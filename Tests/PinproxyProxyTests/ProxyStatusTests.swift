@@ -10,29 +10,13 @@ final class ProxyStatusTests: XCTestCase {
             let item = try SFItem.parse(ProxyStatus.value(reason: reason, detail: "a short detail"))
             XCTAssertEqual(item.bare, .token("pinproxy"))
             XCTAssertEqual(item.parameters.map(\.key), ["error", "details"])
-            XCTAssertEqual(item.parameters[0].value, .token(reason.proxyStatusError.rawValue))
+            XCTAssertEqual(item.parameters[0].value, .token(reason.traits.proxyStatusError.rawValue))
             XCTAssertEqual(item.parameters[1].value, .string("\(reason.rawValue): a short detail"))
         }
         let verdict = try SFItem.parse(ProxyStatus.value(reason: .pinMismatch, detail: "pin-mismatch: none matches"))
         XCTAssertEqual(verdict.parameters[1].value, .string("pin-mismatch: none matches"), "the reason is said once")
         let timeout = try SFItem.parse(ProxyStatus.value(reason: .dnsFailure, detail: "no answer", error: .dnsTimeout))
         XCTAssertEqual(timeout.parameters[0].value, .token("dns_timeout"))
-    }
-
-    func testTheIssuesMapping() {
-        let expected: [RefusalReason: String] = [
-            .pinMismatch: "tls_certificate_error", .untrustedChain: "tls_certificate_error",
-            .hostnameMismatch: "tls_certificate_error", .certificateExpired: "tls_certificate_error",
-            .certificateNotYetValid: "tls_certificate_error", .revoked: "tls_certificate_error",
-            .revocationUnknown: "tls_certificate_error", .customCheck: "tls_certificate_error",
-            .handshakeFailed: "tls_protocol_error", .tlsVersion: "tls_protocol_error", .dnsFailure: "dns_error",
-            .upstreamUnreachable: "destination_unavailable", .upstreamTimeout: "connection_timeout",
-            .destinationDenied: "destination_ip_prohibited", .hostDenied: "http_request_denied",
-            .portDenied: "http_request_denied", .cleartextDenied: "http_request_denied", .badRequest: "http_request_error",
-        ]
-        for reason in RefusalReason.allCases {
-            XCTAssertEqual(reason.proxyStatusError.rawValue, expected[reason], reason.rawValue)
-        }
     }
 
     /// Quotes, backslashes, controls, non-ASCII (a bidi override, emoji, combining marks) and
