@@ -167,7 +167,7 @@ struct PolicyFiles {
                 }
                 for name in names {
                     do {
-                        loaded += try Certificate.parseAll(path.appending(name).read())
+                        loaded += try Certificate.parseAll(path.appending(name).read(.certificates))
                     } catch {
                         findings.append(.error(keyPath, element: file, "\(what) \"\(file)/\(FilePathBytes.display(name))\" \(error)"))
                         failed = true
@@ -175,7 +175,7 @@ struct PolicyFiles {
                 }
             } else {
                 do {
-                    loaded = try Certificate.parseAll(path.read())
+                    loaded = try Certificate.parseAll(path.read(.certificates))
                 } catch {
                     findings.append(.error(keyPath, element: file, "\(what) \"\(file)\" \(error)"))
                     failed = true
@@ -201,7 +201,7 @@ struct PolicyFiles {
         for file in files {
             let resolved = resolve(file)
             do {
-                result += try RevocationList.parseAll(FilePathBytes(resolved).read())
+                result += try RevocationList.parseAll(FilePathBytes(resolved).read(.crls))
             } catch let error as FileReadError where error == .missing {
                 findings.append(.error(keyPath, element: file, "CRL file \"\(file)\" does not exist (\(resolved))"))
                 failed = true

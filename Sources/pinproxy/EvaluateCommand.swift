@@ -51,7 +51,7 @@ struct EvaluateCommand: ParsableCommand {
         var stapleBytes: [UInt8]?
         if let staple {
             do {
-                stapleBytes = try FilePathBytes.commandLineArgument(staple).read()
+                stapleBytes = try FilePathBytes.commandLineArgument(staple).read(.staple)
             } catch {
                 throw ValidationError("--staple \(staple): the file \(error)")
             }
@@ -75,7 +75,7 @@ struct EvaluateCommand: ParsableCommand {
     static func readCertificates(_ path: String) throws -> [Certificate] {
         let bytes: [UInt8]
         do {
-            bytes = try FilePathBytes.commandLineArgument(path).read()
+            bytes = try FilePathBytes.commandLineArgument(path).read(.certificates)
         } catch {
             throw ValidationError("--chain \(path): the file \(error)")
         }

@@ -23,7 +23,7 @@ struct PinCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("With --connect: when the chain needs a trust anchor, write it (PEM) to this new file.", valueName: "FILE"))
     var saveAnchor: String?
 
-    @Option(name: .long, help: "Seconds to wait for the connection and handshake.")
+    @Option(name: .long, help: "With --connect: seconds for the connection and handshake together.")
     var timeout: Double = 10
 
     @Argument(help: ArgumentHelp("Certificate files (PEM, bundles too, or DER), or public or private key files (only the public key's pin is printed).", valueName: "FILE"))
@@ -35,6 +35,7 @@ struct PinCommand: ParsableCommand {
         if connect == nil && (connectTo != nil || config != nil || saveAnchor != nil) {
             throw ValidationError("--connect-to, --config and --save-anchor go with --connect")
         }
+        if !(timeout > 0) { throw ValidationError("--timeout must be positive") }
     }
 
     func run() throws {
@@ -45,7 +46,7 @@ struct PinCommand: ParsableCommand {
             let path = FilePathBytes.commandLineArgument(file)
             let bytes: [UInt8]
             do {
-                bytes = try path.read()
+                bytes = try path.read(.certificates)
             } catch {
                 printError("\(path): the file \(error)")
                 failed = true

@@ -6,12 +6,15 @@ import PinproxyPolicy
 extension PinCommand {
     /// Fetches the chain HOST presents: dialling `--connect-to`, else the addresses that
     /// `--config`'s `[resolve]` gives HOST, else HOST through the system resolver; SNI = HOST
-    /// in every case. The first address that completes a handshake wins.
+    /// in every case. The first address that completes a handshake wins; all of them share one
+    /// `--timeout`.
     func fetchChain(host: TargetHost, port: UInt16) throws -> ChainFetcher.Result {
         var lastError: Error?
-        for (address, dialPort) in try dialTargets(host: host, port: port) {
+        let targets = try dialTargets(host: host, port: port)
+        let deadline = Deadline(after: timeout)
+        for (address, dialPort) in targets {
             do {
-                return try ChainFetcher.fetch(host: address, port: dialPort, serverName: host.serverName, timeout: timeout)
+                return try ChainFetcher.fetch(host: address, port: dialPort, serverName: host.serverName, deadline: deadline)
             } catch {
                 lastError = error
             }
