@@ -17,9 +17,9 @@ public struct ProcessStats: Sendable, Equatable {
     /// Reads `/proc/self/stat`, `/proc/stat` (boot time), `/proc/self/fd` and the open-file
     /// limit; nil when `/proc` cannot be read or says something unexpected.
     public static func current() -> ProcessStats? {
-        guard let stat = try? FilePathBytes("/proc/self/stat").read(limit: 4096),
+        guard let stat = try? FilePathBytes("/proc/self/stat").read(.processStatus),
               let fields = statFields(stat),
-              let boot = try? FilePathBytes("/proc/stat").read(limit: 1 << 20),
+              let boot = try? FilePathBytes("/proc/stat").read(.processStatus),
               let bootTime = bootTime(boot),
               let openDescriptors = countOpenDescriptors() else { return nil }
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
