@@ -24,6 +24,30 @@ struct ConfigDecoder {
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
                              "require_web_pki_profile", "verify_command"]
 
+    /// Whether `key` takes a value of `type`: of keys equally close to an unknown one, the
+    /// value's type picks (`pinz = [...]` is `pins`, `pinz = "public-key"` is `pin`).
+    static func key(_ key: String, takes type: TOMLType) -> Bool {
+        switch key {
+        case "proxy", "resolve", "default", "hosts":
+            return type == .table
+        case "request_timeout", "dns_timeout", "connect_timeout", "handshake_timeout", "idle_timeout", "drain_timeout",
+             "admin_timeout", "verify_command_timeout":
+            return type == .int || type == .double
+        case "workers", "max_connections", "relay_buffer_bytes", "verify_command_cache", "verify_command_concurrency":
+            return type == .int
+        case "listen", "allow_ports", "report_to", "pins", "certificates", "ports", "crls", "verify_command":
+            return type == .array
+        case "block_private_destinations", "validate_host", "enforce", "include_subdomains", "require_web_pki_profile":
+            return type == .bool
+        case "trust":
+            return type == .string || type == .array
+        case "expires":
+            return type == .date
+        default:
+            return type == .string
+        }
+    }
+
     /// Parses `text` with TOMLKit; a syntax error becomes a diagnostic of `path`.
     static func parse(_ text: String, path: String) -> Result<TOMLTable, ConfigError> {
         do {
@@ -48,7 +72,7 @@ struct ConfigDecoder {
     /// The top-level tables: unknown ones reported, `[proxy]` and `[resolve]` decoded.
     mutating func decodeTopLevel(_ document: TOMLTable) -> (proxy: ProxySettings, resolve: [String: [IPAddress]]) {
         for key in document.keys where !Self.topLevelKeys.contains(key) {
-            unknownKey([key], known: Self.topLevelKeys)
+            unknownKey([key], document[key], known: Self.topLevelKeys)
         }
         var proxy = ProxySettings()
         if let value = document["proxy"] {
@@ -147,7 +171,7 @@ struct ConfigDecoder {
             case "verify_command_concurrency":
                 if let count = integer(value, keyPath, in: 1...64) { proxy.verifyCommandConcurrency = count }
             default:
-                unknownKey(keyPath, known: Self.proxyKeys)
+                unknownKey(keyPath, value, known: Self.proxyKeys)
             }
         }
     }
@@ -182,8 +206,9 @@ struct ConfigDecoder {
 
     // MARK: A policy table
 
-    /// The policy table `table` written at `path`; nil when a key of it cannot be decoded.
-    mutating func decodePolicy(_ table: TOMLTable, _ path: [String], name: String, pattern: HostPattern?) -> RawPolicy? {
+    /// The policy table `table` written at `path`, and whether every key of it decoded (a key
+    /// that did not keeps its default).
+    mutating func decodePolicy(_ table: TOMLTable, _ path: [String], name: String, pattern: HostPattern?) -> (policy: RawPolicy, decoded: Bool) {
         let findingsBefore = findings.count
         var policy = RawPolicy(path: path, name: name, pattern: pattern)
         let keyCount = table.count
@@ -279,10 +304,10 @@ struct ConfigDecoder {
         }
         if found < keyCount {
             for key in table.keys where !Self.policyKeys.contains(key) {
-                unknownKey(path + [key], known: Self.policyKeys)
+                unknownKey(path + [key], table[key], known: Self.policyKeys)
             }
         }
-        return findings.count == findingsBefore ? policy : nil
+        return (policy, findings.count == findingsBefore)
     }
 
     // MARK: Findings
@@ -291,11 +316,17 @@ struct ConfigDecoder {
         findings.append(.error(keyPath, element: element, message))
     }
 
-    mutating func unknownKey(_ keyPath: [String], known: [String]) {
+    /// An unknown key, with the valid keys of its table nearest to it (at most 2 edits away):
+    /// of equally near ones, those that take `value`'s type, else all of them.
+    mutating func unknownKey(_ keyPath: [String], _ value: TOMLValueConvertible?, known: [String]) {
         let key = keyPath.last ?? ""
         var message = "unknown key \(displayKeyPath(keyPath))"
-        if let close = known.min(by: { editDistance($0, key) < editDistance($1, key) }), editDistance(close, key) <= 2 {
-            message += " (did you mean \"\(close)\"?)"
+        let distances = known.map { (key: $0, distance: editDistance($0, key)) }
+        if let nearest = distances.map(\.distance).min(), nearest <= 2 {
+            var candidates = distances.filter { $0.distance == nearest }.map(\.key)
+            let typed = candidates.filter { candidate in value.map { Self.key(candidate, takes: $0.type) } ?? false }
+            if !typed.isEmpty { candidates = typed }
+            message += " (did you mean " + candidates.map { "\"\($0)\"" }.joined(separator: " or ") + "?)"
         }
         error(keyPath, message)
     }

@@ -153,9 +153,9 @@ private struct Load {
                 }
             }
             findings += found
-        } else if let table = decoder.table("default", in: document),
-                  let raw = decoder.decodePolicy(table, ["default"], name: "default", pattern: nil) {
-            defaultEntry = Self.entry(raw, line: index.line(ofTable: "default"), proxy: proxy, files: &files, into: &findings)
+        } else if let table = decoder.table("default", in: document) {
+            let (raw, decoded) = decoder.decodePolicy(table, ["default"], name: "default", pattern: nil)
+            defaultEntry = Self.entry(raw, decoded: decoded, line: index.line(ofTable: "default"), proxy: proxy, files: &files, into: &findings)
         }
         findings = decoder.findings + findings
 
@@ -173,16 +173,21 @@ private struct Load {
         return (proxy, decoded.resolve, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions))
     }
 
-    /// Stages 2 and 3 for one decoded entry: its rules, then its files.
-    static func entry(_ raw: RawPolicy, line: Int, proxy: ProxySettings, files: inout PolicyFiles,
+    /// Stages 2 and 3 for one entry: its rules, then its files. An entry with an error still has
+    /// its files read, so that one pass reports every problem: rules are judged only on an entry
+    /// that decoded without error (a key that did not decode would read as its default).
+    static func entry(_ raw: RawPolicy, decoded: Bool, line: Int, proxy: ProxySettings, files: inout PolicyFiles,
                       into findings: inout [Finding]) -> PolicyEntry? {
-        let found = ConfigRules.check(raw, now: files.now)
+        let found = decoded ? ConfigRules.check(raw, now: files.now) : []
         findings += found
-        guard !found.hasErrors else { return nil }
+        guard decoded, !found.hasErrors else {
+            findings += files.read(raw).1.filter { $0.severity == .error }
+            return nil
+        }
         let (policy, more) = files.policy(raw, defaultPorts: proxy.allowPorts)
         findings += more
         guard let policy else { return nil }
-        return PolicyEntry(pattern: raw.pattern, name: raw.name, line: line, policy: policy)
+        return PolicyEntry(pattern: raw.pattern, name: raw.name, line: line, policy: policy, written: raw.writtenFiles)
     }
 
     /// The host entries that load without error, in file order, and their table positions.
@@ -250,8 +255,8 @@ private struct Load {
                 decoder.error(keyPath, "\(name): invalid host pattern: use a DNS name in LDH ASCII (xn-- form for internationalised names), \"*.\" followed by a name, or an IP literal")
                 continue
             }
-            guard let raw = decoder.decodePolicy(entryTable, keyPath, name: name, pattern: pattern) else { continue }
-            if let entry = entry(raw, line: host.line, proxy: proxy, files: &files, into: &findings) { entries.append(entry) }
+            let (raw, decoded) = decoder.decodePolicy(entryTable, keyPath, name: name, pattern: pattern)
+            if let entry = entry(raw, decoded: decoded, line: host.line, proxy: proxy, files: &files, into: &findings) { entries.append(entry) }
         }
         return (entries, decoder.findings + findings)
     }

@@ -18,18 +18,20 @@ public final class Daemon {
     private var drainTimer: PinproxyInterop.Timer?
     private let reloadQueue = DispatchQueue(label: "pinproxy.reload")
     private let notifier = SystemdNotifier()
+    /// Called (off the loops) once each SIGHUP has been handled, whatever its outcome:
+    /// `pinproxy run` replaces its pid file then, which tells `pinproxy reload` it is done.
+    public var afterReload: (@Sendable () -> Void)?
     private var adminServer: AdminHTTPServer?
     private var housekeeping: [PinproxyInterop.Timer] = []
 
     /// Prepares the daemon: opens (or creates) the local CA and binds every listener.
-    /// `version` and `commit` are the build's, for `pinproxy_build_info`.
-    public init(configPath: String?, config: Config, version: String, commit: String) throws {
+    public init(configPath: String?, config: Config) throws {
         self.configPath = configPath
         self.settings = config.proxy
         let log = AccessLog(format: config.proxy.logFormat)
         let caDirectory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
-        let metrics = ProxyMetrics(version: version, commit: commit)
+        let metrics = ProxyMetrics(version: BuildInfo.version, commit: BuildInfo.commit ?? "unknown")
         let openFileLimit = ProcessLimits.raiseOpenFileLimit()
         let adminConnections = config.proxy.metricsListen == nil ? 0 : AdminHTTPServer.defaultMaxConnections
         shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics,
@@ -172,15 +174,17 @@ public final class Daemon {
         }
         guard let configPath else {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
+            reloadQueue.async { [afterReload] in afterReload?() }
             return
         }
         // Report files are reopened whatever the config says: logrotate has moved them.
         shared.reports?.reopenFiles()
         notifier.reloading()
-        reloadQueue.async { [shared, settings, notifier] in
+        reloadQueue.async { [shared, settings, notifier, afterReload] in
             defer {
                 // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
                 if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
+                afterReload?()
             }
             // Whatever the reload finds: a command's own files may change without the config.
             // Answers stored meanwhile belong to the old entries, which new connections never use.

@@ -25,9 +25,14 @@ struct CACommand: ParsableCommand {
     func run() throws {
         let config = try options.loadOrExit()
         do {
-            let ca = try LocalCA.openOrCreate(directory: config.proxy.caDirectory ?? LocalCA.defaultDirectory())
+            // An existing CA's certificate is read as it is; only creating the CA opens the directory and key.
+            let directory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
+            let ca = try LocalCA.readCertificate(directory: directory) ?? {
+                let created = try LocalCA.openOrCreate(directory: directory)
+                return (created.certificatePath, created.certificate, created.warnings)
+            }()
             if let bundle { return try writeBundle(to: bundle, ca: ca.certificate) }
-            print(ca.certificatePath)
+            print(ca.path)
             print(ca.certificate.pem, terminator: "")
             for warning in ca.warnings { printError("pinproxy: warning: \(warning)") }
         } catch let exit as ExitCode {

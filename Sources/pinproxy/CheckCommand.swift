@@ -18,7 +18,7 @@ struct CheckCommand: ParsableCommand {
 
     func run() throws {
         let config = try options.loadOrExit { [options] error in
-            "\(options.config ?? ConfigLoader.embeddedPath): \(error.diagnostics.count) error(s); the config is rejected"
+            "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
         let entries = config.policies.entries
         // Counted in one pass, without copying 100,000 entries into new arrays.

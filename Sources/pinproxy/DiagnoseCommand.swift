@@ -4,22 +4,24 @@ import PinproxyInterop
 import PinproxyPolicy
 
 /// `pinproxy diagnose`: one screen about a live server — the TLS versions and ALPN protocols it
-/// accepts, the chain it sends, and (with `--config`) each check of the entry that applies to it.
+/// accepts, the chain it sends, each check of the entry that applies to it, and a complete
+/// entry that would allow it.
 struct DiagnoseCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "diagnose",
         abstract: "Probe a live server: TLS versions, ciphers, ALPN, the chain as sent, and the policy's verdict.",
         discussion: """
-            Direct connections (SNI = HOST); with --config, its [resolve] is honoured and the entry that \
-            matches HOST is checked the way the daemon checks it. Exit 0 when the policy would allow (without \
-            --config: when the chain verifies for HOST against the system store), 1 otherwise, 2 on usage errors.
+            Direct connections (SNI = HOST); the config's [resolve] is honoured and the entry that matches HOST \
+            is checked the way the daemon checks it. On the built-in default config, the checks of its [default] \
+            (the system store and the host name) at any port. Exit 0 when the policy would allow, 1 otherwise, \
+            2 on usage and config errors.
             """
     )
 
     @Argument(help: ArgumentHelp("The server, port 443 by default.", valueName: "HOST[:PORT]"))
     var target: String
 
-    @Option(name: .long, help: ArgumentHelp("The config whose [resolve] and entry apply.", valueName: "FILE"))
+    @Option(name: .long, help: ArgumentHelp(ConfigSource.help, valueName: "FILE"))
     var config: String?
 
     @Option(name: .long, help: ArgumentHelp("Connect to this address instead (SNI stays HOST).", valueName: "ADDRESS[:PORT]"))
@@ -33,16 +35,16 @@ struct DiagnoseCommand: ParsableCommand {
             throw ValidationError("HOST[:PORT] expected (IPv6 in brackets), not \"\(target)\"")
         }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
-        var loaded: Config?
-        if let config {
-            do { loaded = try ConfigLoader.load(path: config) } catch {
-                for diagnostic in error.diagnostics { printError(diagnostic.description) }
-                throw ExitCode(2)
-            }
+        let source = ConfigSource.resolve(config)
+        source.announce(option: config)
+        let loaded: Config
+        do { loaded = try source.load() } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
         }
         let (address, connectPort) = try destination(host: host, port: port, config: loaded)
         let serverName = host.serverName
-        let entry = try loaded.map { $0.policies.lookup(host) } ?? Self.systemEntry(port: port)
+        let entry = source == .embedded ? try Self.builtInEntry(loaded, port: port) : loaded.policies.lookup(host)
         let minimum: BlockingTLSConnection.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
         // One --timeout for every probe. Each connection is closed as soon as it is read.
         let deadline = Deadline(after: timeout)
@@ -105,15 +107,15 @@ struct DiagnoseCommand: ParsableCommand {
         print("")
         printChain(handshake.chain, verdict: verdict)
         print("")
-        printChecks(verdict, entry: entry, negotiated: handshake.version, configured: loaded != nil)
+        printChecks(verdict, entry: entry, negotiated: handshake.version, config: source)
         print("")
-        let trust = loaded == nil ? try PinCommand.trustLines(for: handshake.chain, host: host, saveAnchor: nil) : []
-        print(PinCommand.hostBlock(host: host, port: port, chain: handshake.chain, trust: trust))
+        print(try SuggestedEntry(host: host, port: port, chain: handshake.chain, entry: entry, verdict: verdict,
+                                 allowPorts: loaded.proxy.allowPorts).render())
         if !verdict.allowsConnection { throw ExitCode(1) }
     }
 
     /// The address to connect to: `--connect-to`, else the config's `[resolve]`, else HOST.
-    func destination(host: TargetHost, port: UInt16, config: Config?) throws -> (String, UInt16) {
+    func destination(host: TargetHost, port: UInt16, config: Config) throws -> (String, UInt16) {
         if let connectTo {
             if let address = IPAddress(connectTo.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
                 return (address.description, port)
@@ -123,7 +125,7 @@ struct DiagnoseCommand: ParsableCommand {
             }
             return (Self.bare(target), connectPort)
         }
-        if case .name(let name) = host, let addresses = config?.resolve[name], let first = addresses.first {
+        if case .name(let name) = host, let addresses = config.resolve[name], let first = addresses.first {
             return (first.description, port)
         }
         return (Self.bare(host), port)
@@ -160,7 +162,7 @@ struct DiagnoseCommand: ParsableCommand {
         }
     }
 
-    func printChecks(_ verdict: Verdict, entry: PolicyEntry, negotiated: String, configured: Bool) {
+    func printChecks(_ verdict: Verdict, entry: PolicyEntry, negotiated: String, config: ConfigSource) {
         let policy = entry.policy
         let reasons = Set(verdict.failures.map(\.reason))
         func details(_ wanted: Set<RefusalReason>) -> String {
@@ -169,7 +171,11 @@ struct DiagnoseCommand: ParsableCommand {
         func line(_ check: String, _ state: String, _ text: String) {
             print("  \(check.padding(toLength: 11, withPad: " ", startingAt: 0)) \(state.padding(toLength: 11, withPad: " ", startingAt: 0)) \(text)")
         }
-        print(configured ? "policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") : "policy: none given; the system trust store and the host name")
+        if let path = config.path {
+            print("policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") + " of \(path)")
+        } else {
+            print("policy: the built-in default's [default]: the system trust store and the host name, at any port")
+        }
         let request: Set<RefusalReason> = [.hostDenied, .portDenied]
         if !reasons.isDisjoint(with: request) { line("request", "FAIL", details(request)) }
         if policy.action == .allowInsecure {
@@ -208,9 +214,12 @@ struct DiagnoseCommand: ParsableCommand {
         print("verdict: \(verdict.summary)")
     }
 
-    /// The `[default]` that `diagnose` applies without a config: the system store, the name checked.
-    static func systemEntry(port: UInt16) throws -> PolicyEntry {
-        PolicyEntry(pattern: nil, name: "system store", line: 0, policy: try HostPolicy(.init(trust: .system(try TrustStore.system()), ports: [port])))
+    /// The built-in default's `[default]` (the system store, the name checked), at `port`: what
+    /// `diagnose` applies on the built-in default, whose `allow_ports` would refuse most probes.
+    static func builtInEntry(_ config: Config, port: UInt16) throws -> PolicyEntry {
+        var settings = config.policies.defaultEntry.policy.settings
+        settings.ports.insert(port)
+        return PolicyEntry(pattern: nil, name: "default", line: 0, policy: try HostPolicy(settings))
     }
 
     static func bare(_ host: TargetHost) -> String {

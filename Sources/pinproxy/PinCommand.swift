@@ -17,7 +17,7 @@ struct PinCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("With --connect: dial this address instead of HOST (SNI stays HOST).", valueName: "ADDRESS[:PORT]"))
     var connectTo: String?
 
-    @Option(name: .long, help: ArgumentHelp("With --connect: dial the address this config's [resolve] gives HOST.", valueName: "FILE"))
+    @Option(name: .long, help: ArgumentHelp("With --connect: dial the address this config's [resolve] gives HOST. " + ConfigSource.help, valueName: "FILE"))
     var config: String?
 
     @Option(name: .long, help: ArgumentHelp("With --connect: when the chain needs a trust anchor, write it (PEM) to this new file.", valueName: "FILE"))
@@ -92,23 +92,23 @@ struct PinCommand: ParsableCommand {
             Self.printCertificate(certificate, prefix: "#   ")
         }
         print("")
-        print(Self.hostBlock(host: host, port: port, chain: result.chain, trust: try trustLines(for: result.chain, host: host)))
+        print(Self.hostBlock(host: host, chain: result.chain, before: try trustLines(for: result.chain, host: host),
+                             after: port != 443 ? ["ports = [\(port)]"] : []))
         if result.incompleteHandshake != nil { throw ExitCode(1) }
     }
 
     /// A ready-to-paste `[hosts."HOST"]` block pinning the keys of a presented chain (roots left
-    /// out), with `trust` lines after its header.
-    static func hostBlock(host: TargetHost, port: UInt16, chain: [Certificate], trust: [String]) -> String {
+    /// out), with the lines `before` the pins (`trust`) and `after` them (`ports`).
+    static func hostBlock(host: TargetHost, chain: [Certificate], before: [String], after: [String]) -> String {
         let pinned = chain.filter { !$0.isSelfIssued }
-        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + trust + ["pin = \"public-key\"", "pins = ["]
+        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + before + ["pin = \"public-key\"", "pins = ["]
         for (index, certificate) in (pinned.isEmpty ? Array(chain.prefix(1)) : pinned).enumerated() {
             let role = index == 0 ? "leaf" : "intermediate"
             lines.append("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
         }
         lines.append("  # add the pin of a backup key here")
         lines.append("]")
-        if port != 443 { lines.append("ports = [\(port)]") }
-        return lines.joined(separator: "\n")
+        return (lines + after).joined(separator: "\n")
     }
 
     static func printCertificate(_ certificate: Certificate, prefix: String = "  ") {

@@ -5,7 +5,7 @@ import PinproxyPolicy
 
 extension PinCommand {
     /// Fetches the chain HOST presents: dialling `--connect-to`, else the addresses that
-    /// `--config`'s `[resolve]` gives HOST, else HOST through the system resolver; SNI = HOST
+    /// the config's `[resolve]` gives HOST, else HOST through the system resolver; SNI = HOST
     /// in every case. The first address that completes a handshake wins; all of them share one
     /// `--timeout`.
     func fetchChain(host: TargetHost, port: UInt16) throws -> ChainFetcher.Result {
@@ -30,10 +30,12 @@ extension PinCommand {
             }
             return [target]
         }
-        if let config, let name = host.serverName {
+        let source = ConfigSource.resolve(config)
+        if source != .embedded, let name = host.serverName {
+            source.announce(option: config)
             let loaded: Config
             do {
-                loaded = try ConfigLoader.load(path: config)
+                loaded = try source.load()
             } catch {
                 for diagnostic in error.diagnostics { printError(diagnostic.description) }
                 throw ExitCode(2)
@@ -94,7 +96,7 @@ extension PinCommand {
             }
             lines.append("#   written to \(saveAnchor); check it out of band before you trust it")
         } else {
-            lines.append("#   save it with --save-anchor \(file) (and check it out of band before you trust it)")
+            lines.append("#   save it with `pinproxy pin --connect HOST[:PORT] --save-anchor \(file)` (and check it out of band before you trust it)")
         }
         let withAnchor = try TrustStore(anchors: [anchor]).verify(leaf: leaf, intermediates: intermediates, at: now)
         lines += withAnchor.problems.map { "# note: even with this anchor, the chain does not verify: \($0)" }

@@ -644,8 +644,9 @@ def test_metrics(make_service_proxy, origins, pki):
     assert started - 1 <= loaded <= time.time(), (loaded, started)
     [build] = m0.find("pinproxy_build_info")
     assert build.value == 1 and build.labels["version"] and build.labels["commit"], build
-    assert f"pinproxy {build.labels['version']}" in subprocess.run([p.bin, "--version"], capture_output=True,
-                                                                   text=True, check=True).stdout
+    version_line = subprocess.run([p.bin, "--version"], capture_output=True, text=True, check=True).stdout
+    assert re.match(rf"pinproxy {re.escape(build.labels['version'])} \(commit {re.escape(build.labels['commit'])}[,)]",
+                    version_line), (build.labels, version_line)
     assert m0.value("process_start_time_seconds") == pytest.approx(started, abs=30), m0
     assert m0.value("process_resident_memory_bytes") > 1 << 20, m0
     assert 0 < m0.value("process_open_fds") < m0.value("process_max_fds"), m0
@@ -827,3 +828,41 @@ def test_install_sh_rejects_bad_inputs(pinproxy, tmp_path):
     assert not (dest / "etc").exists()
     r = run_install(dest, pinproxy, PREFIX="usr/local")
     assert r.returncode == 2 and "PREFIX must be an absolute path" in r.stderr, r.stdout + r.stderr
+
+
+def test_install_sh_installs_man_pages_and_completions_and_uninstalls(pinproxy, tmp_path):
+    dest = tmp_path / "stage"
+    r = run_install(dest, pinproxy)
+    assert r.returncode == 0, r.stdout + r.stderr
+    share = dest / "usr/local/share"
+    pages = sorted(p.name for p in (share / "man/man1").iterdir())
+    helped = json.loads(subprocess.run([str(pinproxy), "--experimental-dump-help"], capture_output=True, text=True,
+                                       timeout=TIMEOUT).stdout)
+    commands = [c["commandName"] for c in helped["command"]["subcommands"] if c["commandName"] != "help"]
+    assert {"run", "check", "diagnose", "wait"} <= set(commands), commands
+    assert pages == sorted(["pinproxy.1"] + [f"pinproxy-{c}.1" for c in commands]), pages
+    for page in pages:
+        text = (share / "man/man1" / page).read_text()
+        assert text.startswith(f".TH {page[:-2].upper()} 1 "), text[:200]
+        shown = subprocess.run(["man", "--warnings", "-l", "-Tutf8", str(share / "man/man1" / page)],
+                               capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(MANWIDTH="100"))
+        assert shown.returncode == 0 and shown.stderr == "", (page, shown.stderr)
+    run_page = (share / "man/man1/pinproxy-run.1").read_text()
+    assert "\\-\\-config" in run_page and "/etc/pinproxy/pinproxy.toml" in run_page, run_page
+    completions = {"bash-completion/completions/pinproxy": "bash", "zsh/site-functions/_pinproxy": "zsh",
+                   "fish/vendor_completions.d/pinproxy.fish": "fish"}
+    for path, shell in completions.items():
+        expected = subprocess.run([str(pinproxy), "--generate-completion-script", shell], capture_output=True,
+                                  text=True, timeout=TIMEOUT).stdout
+        assert (share / path).read_text() == expected and "diagnose" in expected, path
+    bash = subprocess.run(["bash", "-n", str(share / "bash-completion/completions/pinproxy")], capture_output=True)
+    assert bash.returncode == 0, bash
+
+    conf = dest / "etc/pinproxy/pinproxy.toml"
+    u = subprocess.run(["sh", str(REPO / "scripts/install.sh"), "--uninstall"], capture_output=True, text=True,
+                       env=clean_env(DESTDIR=str(dest)), stdin=subprocess.DEVNULL, timeout=120)
+    assert u.returncode == 0, u.stdout + u.stderr
+    assert "Kept: /etc/pinproxy" in u.stdout, u.stdout
+    left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert left == ["etc/pinproxy/pinproxy.toml"], left
+    assert conf.read_text() == (REPO / "config/pinproxy.toml").read_text()
