@@ -2,8 +2,10 @@
 # Installs pinproxy as a systemd service:
 #   - builds the release binary (swift build -c release) and installs it as
 #     $PREFIX/bin/pinproxy (PREFIX defaults to /usr/local);
-#   - installs systemd/pinproxy.service and systemd/pinproxy.socket into
-#     /etc/systemd/system/;
+#   - installs systemd/pinproxy.service, pinproxy.socket and
+#     pinproxy-egress.service into /etc/systemd/system/;
+#   - creates the static system user pinproxy the service runs as (useradd
+#     --system; not under DESTDIR, where it prints the command instead);
 #   - installs config/pinproxy.toml as /etc/pinproxy/pinproxy.toml unless that
 #     file already exists (an existing config is never overwritten);
 #   - installs the man pages (pinproxy.1, pinproxy-COMMAND.1, made from the
@@ -93,13 +95,28 @@ install -d -m 0755 "$destdir$prefix/bin"
 install -m 0755 "$binary" "$destdir$prefix/bin/pinproxy"
 
 # 2. The units (ExecStart names the installed binary).
-echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket"
+echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket, pinproxy-egress.service"
 install -d -m 0755 "$destdir$unitdir"
 sed "s#^ExecStart=/usr/local/bin/pinproxy #ExecStart=$prefix/bin/pinproxy #" \
     "$repo/systemd/pinproxy.service" > "$destdir$unitdir/pinproxy.service.tmp"
 chmod 0644 "$destdir$unitdir/pinproxy.service.tmp"
 mv -f "$destdir$unitdir/pinproxy.service.tmp" "$destdir$unitdir/pinproxy.service"
 install -m 0644 "$repo/systemd/pinproxy.socket" "$destdir$unitdir/pinproxy.socket"
+sed "s#^\(Exec[A-Za-z]*=\)/usr/local/bin/pinproxy #\1$prefix/bin/pinproxy #" \
+    "$repo/systemd/pinproxy-egress.service" > "$destdir$unitdir/pinproxy-egress.service.tmp"
+chmod 0644 "$destdir$unitdir/pinproxy-egress.service.tmp"
+mv -f "$destdir$unitdir/pinproxy-egress.service.tmp" "$destdir$unitdir/pinproxy-egress.service"
+
+# The static user the service runs as: the egress lock exempts its processes by uid.
+useradd_command="useradd --system --user-group --home-dir /var/lib/pinproxy --no-create-home --shell /usr/sbin/nologin pinproxy"
+if [ -n "$destdir" ]; then
+    echo "==> not creating the user pinproxy under DESTDIR; on the target system run: $useradd_command"
+elif id -u pinproxy >/dev/null 2>&1; then
+    echo "==> user pinproxy exists"
+else
+    echo "==> $useradd_command"
+    $useradd_command
+fi
 
 # 3. A starter config, only when there is none.
 install -d -m 0755 "$destdir$confdir"
@@ -133,6 +150,11 @@ Installed. To start pinproxy now and at every boot:
     systemctl daemon-reload && systemctl enable --now pinproxy
 
 Then point clients at it:  HTTPS_PROXY=http://127.0.0.1:3128
+To send every process's HTTPS through it instead (the egress lock), set
+transparent_listen in [proxy] and [capture], then:
+
+    systemctl enable --now pinproxy-egress
+
 Edit $confdir/pinproxy.toml, check it with
 '$prefix/bin/pinproxy check --config $confdir/pinproxy.toml',
 and apply it with 'systemctl reload pinproxy'. See man pinproxy.

@@ -1,4 +1,7 @@
 #include "CPinproxyShims.h"
+#include <netinet/in.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 
 #include <errno.h>
 #include <sys/syscall.h>
@@ -61,3 +64,6 @@ int pp_pidfd_open(pid_t pid) {
     return -1;
 #endif
 }
+
+int pp_SO_ORIGINAL_DST(void) { return SO_ORIGINAL_DST; }
+int pp_IP6T_SO_ORIGINAL_DST(void) { return IP6T_SO_ORIGINAL_DST; }

@@ -13,8 +13,9 @@ import TOMLKit
 struct ConfigDecoder {
     private(set) var findings: [Finding] = []
 
-    static let topLevelKeys = ["proxy", "resolve", "default", "hosts"]
+    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts"]
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
+                            "transparent_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
                             "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
@@ -69,8 +70,10 @@ struct ConfigDecoder {
 
     // MARK: The document
 
-    /// The top-level tables: unknown ones reported, `[proxy]` and `[resolve]` decoded.
-    mutating func decodeTopLevel(_ document: TOMLTable) -> (proxy: ProxySettings, resolve: [String: [IPAddress]]) {
+    static let captureKeys = ["ports", "local", "block_quic", "exempt_users"]
+
+    /// The top-level tables: unknown ones reported, `[proxy]`, `[resolve]` and `[capture]` decoded.
+    mutating func decodeTopLevel(_ document: TOMLTable) -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings) {
         for key in document.keys where !Self.topLevelKeys.contains(key) {
             unknownKey([key], document[key], known: Self.topLevelKeys)
         }
@@ -82,7 +85,11 @@ struct ConfigDecoder {
         if let value = document["resolve"] {
             if let table = value.table { resolve = decodeResolve(table) } else { typeError(["resolve"], value, expected: "a table") }
         }
-        return (proxy, resolve)
+        var capture = CaptureSettings()
+        if let value = document["capture"] {
+            if let table = value.table { decodeCapture(table, into: &capture) } else { typeError(["capture"], value, expected: "a table") }
+        }
+        return (proxy, resolve, capture)
     }
 
     /// The table under `key` (`default`, `hosts`), if written; a type error if it is not a table.
@@ -100,16 +107,9 @@ struct ConfigDecoder {
             let keyPath = ["proxy", key]
             switch key {
             case "listen":
-                guard let texts = strings(value, keyPath, allowEmpty: false) else { continue }
-                var addresses: [ListenAddress] = []
-                for text in texts {
-                    guard let address = ListenAddress(text) else {
-                        error(keyPath, element: text, "proxy.listen: \"\(text)\" is not IP:PORT (for example \"127.0.0.1:3128\" or \"[::1]:3128\")")
-                        continue
-                    }
-                    addresses.append(address)
-                }
-                proxy.listen = addresses
+                if let addresses = listenAddresses(value, keyPath, allowEmpty: false) { proxy.listen = addresses }
+            case "transparent_listen":
+                if let addresses = listenAddresses(value, keyPath, allowEmpty: true) { proxy.transparentListen = addresses }
             case "ca_dir":
                 if let text = string(value, keyPath) {
                     if text.isEmpty { error(keyPath, "proxy.ca_dir must not be empty") } else { proxy.caDirectory = text }
@@ -174,6 +174,64 @@ struct ConfigDecoder {
                 unknownKey(keyPath, value, known: Self.proxyKeys)
             }
         }
+    }
+
+    /// `[capture]`: the egress lock's settings.
+    mutating func decodeCapture(_ table: TOMLTable, into capture: inout CaptureSettings) {
+        capture.isWritten = true
+        for (key, value) in table {
+            let keyPath = ["capture", key]
+            switch key {
+            case "ports":
+                // Empty is allowed: nothing is captured.
+                if value.array?.isEmpty == true { capture.ports = [] } else if let ports = ports(value, keyPath) { capture.ports = ports.sorted() }
+            case "local":
+                if let flag = bool(value, keyPath) { capture.local = flag }
+            case "block_quic":
+                if let flag = bool(value, keyPath) { capture.blockQUIC = flag }
+            case "exempt_users":
+                guard let names = strings(value, keyPath) else { continue }
+                for name in names where !Self.isUserName(name) {
+                    error(keyPath, element: name, "capture.exempt_users: \"\(name)\" is not a user name (letters, digits, \"_\", \"-\" and \".\", not starting with \"-\")")
+                }
+                capture.exemptUsers = names
+            default:
+                unknownKey(keyPath, value, known: Self.captureKeys)
+            }
+        }
+    }
+
+    /// A user name `useradd` accepts: at most 32 letters, digits, `_`, `-`, `.` (and a final `$`),
+    /// not starting with `-` and not all digits (nftables would read that as a uid).
+    static func isUserName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard !bytes.isEmpty, bytes.count <= 32, bytes[0] != UInt8(ascii: "-"),
+              !bytes.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else { return false }
+        return bytes.enumerated().allSatisfy { index, byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "."):
+                return true
+            case UInt8(ascii: "$"):
+                return index == bytes.count - 1
+            default:
+                return false
+            }
+        }
+    }
+
+    /// An array of `IP:PORT` listen addresses (`proxy.listen`, `proxy.transparent_listen`).
+    mutating func listenAddresses(_ value: TOMLValueConvertible, _ keyPath: [String], allowEmpty: Bool) -> [ListenAddress]? {
+        guard let texts = strings(value, keyPath, allowEmpty: allowEmpty) else { return nil }
+        var addresses: [ListenAddress] = []
+        for text in texts {
+            guard let address = ListenAddress(text) else {
+                error(keyPath, element: text, "\(displayKeyPath(keyPath)): \"\(text)\" is not IP:PORT (for example \"127.0.0.1:3128\" or \"[::1]:3128\")")
+                continue
+            }
+            addresses.append(address)
+        }
+        return addresses
     }
 
     mutating func decodeResolve(_ table: TOMLTable) -> [String: [IPAddress]] {

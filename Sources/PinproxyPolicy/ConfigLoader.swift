@@ -113,7 +113,7 @@ public enum ConfigLoader {
         if case .failure(let error) = publicSuffixes.result() {
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: error.description)])
         }
-        return Config(path: path, proxy: config.proxy, resolve: config.resolve, policies: config.policies,
+        return Config(path: path, proxy: config.proxy, resolve: config.resolve, capture: config.capture, policies: config.policies,
                       warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
     }
 }
@@ -129,9 +129,10 @@ private struct Load {
 
     /// The config; nil when a finding is an error.
     mutating func config(_ document: TOMLTable, path: String, writtenHosts: HostKeys)
-        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], policies: PolicyTable)? {
+        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings, policies: PolicyTable)? {
         var decoder = ConfigDecoder()
         let decoded = decoder.decodeTopLevel(document)
+        findings += Self.captureWarnings(decoded.proxy, decoded.capture)
         var proxy = decoded.proxy
         if let caDirectory = proxy.caDirectory { proxy.caDirectory = files.resolve(caDirectory) }
         if let pidFile = proxy.pidFile { proxy.pidFile = files.resolve(pidFile) }
@@ -170,7 +171,23 @@ private struct Load {
 
         guard !findings.hasErrors, let defaultEntry else { return nil }
         let positions = hosts.positions.flatMap { $0.fit(hosts.entries) ? $0 : nil } ?? PolicyTable.Positions(hosts.entries.map(\.pattern))
-        return (proxy, decoded.resolve, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions))
+        return (proxy, decoded.resolve, decoded.capture, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions))
+    }
+
+    /// A transparent listener nothing is redirected to, a `[capture]` with no listener to
+    /// redirect to, and an egress lock that would capture pinproxy's own connections.
+    static func captureWarnings(_ proxy: ProxySettings, _ capture: CaptureSettings) -> [Finding] {
+        var found: [Finding] = []
+        if !proxy.transparentListen.isEmpty && capture.ports.isEmpty {
+            found.append(.warning(["capture", "ports"], "proxy.transparent_listen is set, but capture.ports is empty: `pinproxy egress` redirects nothing to it"))
+        }
+        if proxy.transparentListen.isEmpty && capture.isWritten && !capture.ports.isEmpty {
+            found.append(.warning(["capture"], "[capture] names ports, but proxy.transparent_listen is empty: `pinproxy egress apply` has no listener to redirect them to"))
+        }
+        if !proxy.transparentListen.isEmpty && capture.exemptUsers.isEmpty {
+            found.append(.warning(["capture", "exempt_users"], "capture.exempt_users is empty: under the egress lock pinproxy's own upstream connections are captured too, and refused (capture-loop)"))
+        }
+        return found
     }
 
     /// Stages 2 and 3 for one entry: its rules, then its files. An entry with an error still has

@@ -20,6 +20,11 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case destinationDenied = "destination-denied"
     case cleartextDenied = "cleartext-denied"
     case badRequest = "bad-request"
+    /// A transparent-listener client sent no SNI, and no entry names the destination's address.
+    case noSNI = "no-sni"
+    /// A connection pinproxy made itself came back to its transparent listener, or one was
+    /// made straight to it: nothing it could be relayed to.
+    case captureLoop = "capture-loop"
     case dnsFailure = "dns-failure"
     case upstreamUnreachable = "upstream-unreachable"
     case handshakeFailed = "handshake-failed"
@@ -53,6 +58,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .destinationDenied:       return row(403, false, false, false, .destinationIPProhibited)
         case .cleartextDenied:         return row(403, false, false, false, .httpRequestDenied)
         case .badRequest:              return row(400, false, false, false, .httpRequestError)
+        case .noSNI:                   return row(403, false, false, false, .httpRequestError)
+        case .captureLoop:             return row(403, false, false, false, .proxyLoopDetected)
         case .dnsFailure:              return row(502, false, false, false, .dnsError)
         case .upstreamUnreachable:     return row(502, false, false, false, .destinationUnavailable)
         case .handshakeFailed:         return row(502, false, false, false, .tlsProtocolError)

@@ -13,6 +13,8 @@ public struct AccessLog: Sendable {
         case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
         case alpn, detail
         case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"
+        /// `connect` or `transparent`: on decision and tunnel lines.
+        case listener
         case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
         case address, config, error, entries, warning
 

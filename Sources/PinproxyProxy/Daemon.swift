@@ -61,15 +61,17 @@ public final class Daemon {
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
         // Checked before binding, so that no client is queued on a socket about to be closed,
         // and again after, against a daemon that bound at the same moment.
-        if inherited.isEmpty { try Self.refuseSharedListeners(config.proxy.listen, ours: []) }
+        // The transparent listeners are bound here under socket activation too.
+        let bound = (inherited.isEmpty ? config.proxy.listen : []) + config.proxy.transparentListen
+        try Self.refuseSharedListeners(bound, ours: [])
         for _ in 0..<count {
             let worker = try Worker(shared: shared)
-            if inherited.isEmpty { try worker.listen(on: config.proxy.listen) } else { try worker.listen(onInherited: inherited) }
+            if inherited.isEmpty { try worker.listen(on: config.proxy.listen, kind: .connect) } else { try worker.listen(onInherited: inherited) }
+            try worker.listen(on: config.proxy.transparentListen, kind: .transparent)
             workers.append(worker)
         }
-        if inherited.isEmpty {
-            try Self.refuseSharedListeners(config.proxy.listen, ours: Set(workers.flatMap(\.listenerInodes)))
-        } else {
+        try Self.refuseSharedListeners(bound, ours: Set(workers.flatMap(\.listenerInodes)))
+        if !inherited.isEmpty {
             log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
         }
         metrics.policyInForce(config.policies)
@@ -100,7 +102,7 @@ public final class Daemon {
         for address in addresses {
             let socketAddress = SocketAddress(address: address.address, port: address.port)
             if !ListeningSockets.inodes(overlapping: socketAddress).isSubset(of: ours) {
-                throw ListenerError(message: "another process already listens on \(socketAddress): with both listening, clients would be split between them. Stop it (another pinproxy?) or choose another proxy.listen")
+                throw ListenerError(message: "another process already listens on \(socketAddress): with both listening, clients would be split between them. Stop it (another pinproxy?) or choose another proxy.listen (or proxy.transparent_listen)")
             }
         }
     }
@@ -110,8 +112,8 @@ public final class Daemon {
         for (index, worker) in workers.enumerated() {
             worker.start(name: "pinproxy-worker-\(index)")
         }
-        for address in workers.first?.boundAddresses ?? [] {
-            shared.log.emit(.info, "listening", [(.address, address.description)])
+        for (address, kind) in workers.first?.boundAddresses ?? [] {
+            shared.log.emit(.info, "listening", [(.address, address.description), (.listener, kind.rawValue)])
         }
         if let adminServer {
             shared.log.emit(.info, "metrics-listening", [(.address, adminServer.boundAddress.description)])
@@ -218,6 +220,7 @@ public final class Daemon {
     static func restartOnlyChanges(from running: ProxySettings, to loaded: ProxySettings) -> [String] {
         var changed: [String] = []
         if loaded.listen != running.listen { changed.append("listen") }
+        if loaded.transparentListen != running.transparentListen { changed.append("transparent_listen") }
         if loaded.caDirectory != running.caDirectory { changed.append("ca_dir") }
         if loaded.workers != running.workers { changed.append("workers") }
         if loaded.logFormat != running.logFormat { changed.append("log_format") }

@@ -34,6 +34,7 @@ extension ClientConnection {
         switch opening {
         case .first: intercept(tunnel)
         case .reopen(let hello, let first): admitReopened(tunnel, for: hello, after: first)
+        case .transparent: interceptTransparent(tunnel)
         }
     }
 

@@ -26,7 +26,7 @@ public final class LocalCA: Sendable {
     /// Minted leaves kept at most; past this the cache starts over.
     static let cacheLimit = 10_000
 
-    static let certificateName = "ca.pem"
+    public static let certificateName = "ca.pem"
     static let keyName = "ca.key"
 
     /// The CA directory when the config sets none: `$STATE_DIRECTORY` under systemd, else

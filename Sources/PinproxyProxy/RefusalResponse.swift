@@ -81,6 +81,8 @@ extension RefusalResponse {
         /// The entry's pin kind (`public-key`, `certificate`) and pins, when it pins.
         let pinKind: String?
         let pins: [String]
+        /// Whether the client came through the egress lock (the transparent listener), not CONNECT.
+        var captured = false
     }
 
     /// At most this many presented certificates are listed, each subject at most this long.
@@ -102,7 +104,7 @@ extension RefusalResponse {
             "pinproxy refused \(host):\(page.port): \(page.reason.rawValue)",
             printable(page.detail, limit: maximumDetailLength),
             "",
-            "This answer comes from pinproxy, not from \(host) (pinproxy's refusal = \"in-tls\" mode): nothing",
+            "This answer comes from pinproxy, not from \(host) (\(page.captured ? "pinproxy's egress lock sent this connection to it" : "pinproxy's refusal = \"in-tls\" mode")): nothing",
             "of this request went to \(host), and nothing from \(host) reaches this client.",
         ]
         if !page.presented.isEmpty {
@@ -151,6 +153,10 @@ extension RefusalResponse {
             return "add \(page.port) to ports in \(entry), or to allow_ports in [proxy], of \(config); \(apply)"
         case .destinationDenied:
             return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
+        case .noSNI:
+            return "the client named no host (no SNI): add a [hosts.\"\(host)\"] entry for the address it connected to, in \(config); \(apply)"
+        case .captureLoop:
+            return "none here: either pinproxy's own connection was captured (run pinproxy as a user of exempt_users in [capture] of \(config), then `pinproxy egress apply`), or this connection was made straight to the transparent listener, which relays only connections the egress lock redirects to it."
         case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
             return "none needed: pinproxy could not reach \(host):\(page.port), which is not a policy decision."
         case .customCheck, .cleartextDenied, .badRequest:

@@ -9,7 +9,13 @@ extension ClientConnection {
     /// `destination` names the entry when the state does not hold it yet; `proxyError`
     /// overrides the reason's `Proxy-Status` error type.
     func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil, proxyError: ProxyStatusError? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, destination: destination, proxyError: proxyError)
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), proxyError: proxyError)
+    }
+
+    /// Step 7 (refused): a refusal about `subject`, which the state does not hold (a
+    /// transparent client refused before its destination is settled).
+    func refuse(_ reason: RefusalReason, _ detail: String, subject: Subject) {
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: subject, proxyError: nil)
     }
 
     /// Step 7 (refused): a refusal the verdict decided; `alpn` is what the refused upstream
@@ -17,18 +23,25 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, destination: destination, proxyError: nil)
+                    alpn: alpn, subject: destination.map(Self.subject), proxyError: nil)
+    }
+
+    private static func subject(_ destination: Destination) -> Subject {
+        (destination.host, destination.port, destination.entry)
     }
 
     /// Logs the refusal, stops all upstream work, and sends the answer; the connection closes
-    /// once it is sent (or after `refusalGrace`). Under `refusal = "in-tls"`, the answer is a
-    /// page inside the client's TLS (`refuseInTLS`). An upstream reopened for the client's ALPN
-    /// offer is refused after the 200: the client's handshake is cut off.
-    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?,
+    /// once it is sent (or after `refusalGrace`). Under `refusal = "in-tls"`, and always on the
+    /// transparent listener (where no CONNECT waits for an answer), the answer is a page inside
+    /// the client's TLS (`refuseInTLS`); a transparent client refused for a bad request is
+    /// only closed. An upstream reopened for the client's ALPN offer is refused after the 200:
+    /// the client's handshake is cut off.
+    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?,
                              proxyError: ProxyStatusError?) {
         switch state {
-        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first):
+        case .readingRequest, .readingTransparentHello, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+             .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
+             .checkingCommand(_, _, _, _, .transparent):
             break
         case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
              .checkingCommand(_, _, _, _, .reopen(_, let first)):
@@ -36,9 +49,9 @@ extension ClientConnection {
         case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
-        let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
+        let subject = given ?? logSubject
         logDecision(outcome: .refused, reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
         worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
         switch state {
@@ -46,9 +59,10 @@ extension ClientConnection {
         default: break
         }
         let proxyStatus = ProxyStatus.value(reason: reason, detail: detail, error: proxyError)
-        if config.proxy.refusal == .inTLS, reason != .badRequest, let subject {
+        if config.proxy.refusal == .inTLS || listener == .transparent, reason != .badRequest, let subject {
             return refuseInTLS(subject, reason: reason, detail: detail, proxyStatus: proxyStatus, verdict: verdict)
         }
+        if listener == .transparent { return close() }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
         let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason, proxyStatus: proxyStatus,
@@ -65,7 +79,7 @@ extension ClientConnection {
     /// is relayed. A refusal by the verdict is a verdict changed on reopen.
     private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, after first: Verdict.Outcome) {
         if let verdict, let subject = logSubject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
-        worker.shared.metrics.connection(outcome: .refused, reason: reason)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
         worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         // The first upstream was admitted, so a refusal by the verdict always changes it.
         let changed = verdict.flatMap { $0.outcome != first ? $0.outcome : nil }
@@ -93,12 +107,16 @@ extension ClientConnection {
 
     /// The one log line for this connection's decision (two when the upstream was reopened).
     /// `client-gone` has no status: nothing was sent. A decision on an upstream's chain says
-    /// which protocol that upstream negotiated (`alpn`, `-` for none), what it presented and
-    /// the path OpenSSL verified. `reopenChange` is a reopened upstream's outcome when it differs
-    /// from the first upstream's, which the 200 described (`reopen_outcome`, `reopen_reason`).
+    /// which protocol that upstream negotiated (`alpn`, `-` for none). A transparent
+    /// connection's status is the one its in-TLS refusal page carries. `capture-loop` is
+    /// logged once per start: a loop must not turn into a flood of lines. `verdict` gives what the
+    /// upstream presented and the path OpenSSL verified; `reopenChange` is a reopened upstream's
+    /// outcome when it differs from the first upstream's, which the 200 described
+    /// (`reopen_outcome`, `reopen_reason`).
     func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil, reopenChange: Verdict.Outcome? = nil) {
-        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        if reason == .captureLoop, worker.shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
+        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-"), (.listener, listener.rawValue)]
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }

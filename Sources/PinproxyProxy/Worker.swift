@@ -24,6 +24,12 @@ final class SharedState: Sendable {
     let reports: PinFailureReporter?
     /// The runner of entries' `verify_command`s.
     let customChecks: CustomChecks
+    /// The daemon's upstream sockets, while a transparent listener is on (capture loops).
+    let ownUpstreams: OwnUpstreams?
+    /// The transparent listeners' addresses, as bound at start (`transparent_listen` is restart-only).
+    let transparentListeners: [SocketAddress]
+    /// Whether a `capture-loop` decision has been logged since the start (it is logged once).
+    let captureLoopLogged = Atomic<Bool>(false)
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
     let descriptorCeiling: Int
@@ -41,6 +47,8 @@ final class SharedState: Sendable {
         interceptTLS = try TLSServerContext()
         let settings = policy.config.proxy
         customChecks = CustomChecks(concurrency: settings.verifyCommandConcurrency)
+        transparentListeners = settings.transparentListen.map { SocketAddress(address: $0.address, port: $0.port) }
+        ownUpstreams = transparentListeners.isEmpty ? nil : OwnUpstreams()
         reports = settings.reportTo.isEmpty ? nil : PinFailureReporter(
             destinations: settings.reportTo, registry: metrics.registry,
             limits: { [policy] in
@@ -84,7 +92,7 @@ final class Worker: @unchecked Sendable {
     /// not on the loop at the first lookup.
     let resolver: DNSResolver
     let shared: SharedState
-    private var listeners: [Listener] = []
+    private var listeners: [(listener: Listener, kind: ListenerKind)] = []
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var heartbeatTimer: PinproxyInterop.Timer?
     private var lastLimitWarning: TimeInterval = -.infinity
@@ -114,12 +122,12 @@ final class Worker: @unchecked Sendable {
         Double(Int(ProcessLimits.monotonicSeconds() * 1000) - heartbeat.load(ordering: .relaxed)) / 1000 <= seconds
     }
 
-    /// Binds every address (before `start`).
-    func listen(on addresses: [ListenAddress]) throws {
+    /// Binds every address for clients of `kind` (before `start`).
+    func listen(on addresses: [ListenAddress], kind: ListenerKind) throws {
         for address in addresses {
             add(try Listener(loop: loop, address: SocketAddress(address: address.address, port: address.port)) { [unowned self] socket, client in
-                self.accept(socket: socket, client: client)
-            })
+                self.accept(socket: socket, client: client, kind: kind)
+            }, kind: kind)
         }
     }
 
@@ -127,24 +135,24 @@ final class Worker: @unchecked Sendable {
     func listen(onInherited sockets: [Int32]) throws {
         for socket in sockets {
             add(try Listener(loop: loop, listeningSocket: socket) { [unowned self] socket, client in
-                self.accept(socket: socket, client: client)
-            })
+                self.accept(socket: socket, client: client, kind: .connect)
+            }, kind: .connect)
         }
     }
 
-    private func add(_ listener: Listener) {
+    private func add(_ listener: Listener, kind: ListenerKind) {
         listener.onError = { [shared, weak listener] reason in
             shared.log.emit(.error, "accept-failed", [(.address, listener?.localAddress?.description ?? "-"),
                                                       (.detail, "\(reason): accepting pauses for \(formatSeconds(Listener.pauseAfterError))")])
         }
-        listeners.append(listener)
+        listeners.append((listener, kind))
     }
 
-    /// Where the listeners are bound.
-    var boundAddresses: [SocketAddress] { listeners.compactMap(\.localAddress) }
+    /// Where the listeners are bound, and for which clients.
+    var boundAddresses: [(SocketAddress, ListenerKind)] { listeners.compactMap { entry in entry.listener.localAddress.map { ($0, entry.kind) } } }
 
     /// The inodes of this worker's listening sockets.
-    var listenerInodes: [UInt64] { listeners.compactMap(\.socketInode) }
+    var listenerInodes: [UInt64] { listeners.compactMap(\.listener.socketInode) }
 
     /// Runs the loop on a new thread.
     func start(name: String) {
@@ -162,7 +170,7 @@ final class Worker: @unchecked Sendable {
         _ = finished.wait(timeout: .now() + timeout)
     }
 
-    private func accept(socket: Int32, client: SocketAddress?) {
+    private func accept(socket: Int32, client: SocketAddress?, kind: ListenerKind) {
         let config = shared.policy.config
         let limit = min(config.proxy.maxConnections ?? shared.descriptorCeiling, shared.descriptorCeiling)
         let open = shared.openConnections.add(1, ordering: .relaxed).newValue
@@ -177,16 +185,18 @@ final class Worker: @unchecked Sendable {
             }
             return
         }
+        // Read before the buffer event takes the socket over.
+        let addresses = kind == .transparent ? ConnectionAddresses(socket: socket) : nil
         let connection: ClientConnection
         do {
-            connection = try ClientConnection(worker: self, socket: socket, client: client, config: config)
+            connection = try ClientConnection(worker: self, socket: socket, client: client, config: config, listener: kind)
         } catch {
             shared.openConnections.subtract(1, ordering: .relaxed)
             shared.log.emit(.error, "accept-failed", [(.client, client?.description ?? "-"), (.detail, "\(error): the connection is closed")])
             return
         }
         connections[ObjectIdentifier(connection)] = connection
-        connection.start()
+        if let addresses { connection.startTransparent(addresses) } else { connection.start() }
     }
 
     /// Called by a connection once it has closed.
@@ -199,7 +209,7 @@ final class Worker: @unchecked Sendable {
     /// Stops accepting; open connections go on.
     func stopAccepting() {
         loop.post { [self] in
-            for listener in listeners { listener.close() }
+            for entry in listeners { entry.listener.close() }
             listeners.removeAll()
         }
     }

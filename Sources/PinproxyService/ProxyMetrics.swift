@@ -11,10 +11,11 @@ import Prometheus
 /// each family is there from the first scrape. `docs/logs-and-metrics.md` lists them all.
 ///
 /// Label values are the log's: `outcome` is `ConnectionOutcome`, `reason` a `RefusalReason`,
-/// `mode` `enforce` or `report-only`. Labels are bounded: `host_pattern` is always a configured
-/// pattern (`[default]` for the `[default]` entry, which no pattern can spell, `-` before any
-/// entry applies), never a requested host name, and per-entry gauges exist only for entries
-/// with pins (pin expiry) or one exact host (upstream certificate expiry).
+/// `mode` `enforce` or `report-only`, `listener` a `ListenerKind`. Labels are bounded:
+/// `host_pattern` is always a configured pattern (`[default]` for the `[default]` entry, which no
+/// pattern can spell, `-` before any entry applies), never a requested host name, and per-entry
+/// gauges exist only for entries with pins (pin expiry) or one exact host (upstream certificate
+/// expiry).
 ///
 /// Thread safety: every method may be called from any thread at any time, concurrently — the
 /// daemon's event loops each call it. swift-prometheus's registry, `Counter`, `Gauge` and
@@ -46,6 +47,7 @@ public final class ProxyMetrics: Sendable {
     private struct CounterKey: Hashable {
         let outcome: ConnectionOutcome
         let reason: RefusalReason?
+        let listener: ListenerKind
     }
 
     private struct RefusalKey: Hashable {
@@ -98,7 +100,8 @@ public final class ProxyMetrics: Sendable {
         handshakeSeconds = registry.makeValueHistogram(descriptor: Family.handshake.descriptor, buckets: Self.handshakeBuckets)
         verificationSeconds = registry.makeValueHistogram(descriptor: Family.verification.descriptor, buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: Family.connections.descriptor,
-                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
+                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
+                                                           ("listener", ListenerKind.connect.rawValue)])
         lastReloadSuccessful = registry.makeGauge(descriptor: Family.lastReloadSuccessful.descriptor)
         lastReloadSuccessTime = registry.makeGauge(descriptor: Family.lastReloadSuccessTime.descriptor)
         lastReloadSuccessful.set(1.0)
@@ -112,9 +115,9 @@ public final class ProxyMetrics: Sendable {
     // MARK: Connections and refusals
 
     /// Counts one client connection's outcome; `reason` is nil for a plain allow.
-    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
-        if outcome == .allowed, reason == nil { return allowedConnections.increment() }
-        connectionCounter(outcome, reason: reason).increment()
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, listener: ListenerKind = .connect) {
+        if outcome == .allowed, reason == nil, listener == .connect { return allowedConnections.increment() }
+        connectionCounter(CounterKey(outcome: outcome, reason: reason, listener: listener)).increment()
     }
 
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
@@ -312,13 +315,12 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Private
 
-    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?) -> Counter {
+    private func connectionCounter(_ key: CounterKey) -> Counter {
         outcomeCounters.withLock { counters in
-            let key = CounterKey(outcome: outcome, reason: reason)
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: Family.connections.descriptor,
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")]
+                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.rawValue ?? "none"), ("listener", key.listener.rawValue)]
             )
             counters[key] = counter
             return counter

@@ -32,6 +32,10 @@ struct CheckCommand: ParsableCommand {
         }
         print("\(config.path): ok")
         print("listen: \(config.proxy.listen.map(\.description).joined(separator: ", "))  allow_ports: \(config.proxy.allowPorts.sorted().map(String.init).joined(separator: ", "))  block_private_destinations: \(config.proxy.blockPrivateDestinations)")
+        if !config.proxy.transparentListen.isEmpty {
+            let capture = config.capture
+            print("transparent_listen: \(config.proxy.transparentListen.map(\.description).joined(separator: ", "))  capture: ports \(capture.ports.map(String.init).joined(separator: ", ")), local \(capture.local), block_quic \(capture.blockQUIC), exempt_users \(capture.exemptUsers.joined(separator: ", "))")
+        }
         print("resolve: \(config.resolve.count) name(s)")
         print("default: \(Self.describe(config.policies.defaultEntry.policy))")
         print("anchors:")

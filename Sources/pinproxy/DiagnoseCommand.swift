@@ -62,6 +62,8 @@ struct DiagnoseCommand: ParsableCommand {
             (version, probe(version) { (cipher: $0.cipher, forwardSecrecy: $0.forwardSecrecy) })
         }
 
+        // Under the egress lock, a user who is not exempt reaches pinproxy, not the server.
+        if case .success(let value) = main { try CapturedChain.refuse(value.chain, target: target, config: loaded) }
         print("pinproxy diagnose \(host):\(port) (connecting to \(Self.literal(address)):\(connectPort), SNI \(serverName ?? "none"))")
         print("")
         print("protocols:")

@@ -81,6 +81,7 @@ struct PinCommand: ParsableCommand {
             printError("\(target): \(error)")
             throw ExitCode(1)
         }
+        try CapturedChain.refuse(result.chain, target: target, config: try loadedConfig())
         if let incomplete = result.incompleteHandshake {
             printError("\(target): the handshake did not complete (\(incomplete)); printing the \(result.chain.count) certificate(s) that arrived before it stopped")
             print("# the handshake did not complete: \(incomplete)")

@@ -30,23 +30,26 @@ extension PinCommand {
             }
             return [target]
         }
-        let source = ConfigSource.resolve(config)
-        if source != .embedded, let name = host.serverName {
-            source.announce(option: config)
-            let loaded: Config
-            do {
-                loaded = try source.load()
-            } catch {
-                for diagnostic in error.diagnostics { printError(diagnostic.description) }
-                throw ExitCode(2)
-            }
-            if let addresses = loaded.resolve[name] {
-                return addresses.map { ($0.description, port) }
-            }
+        if let loaded = try loadedConfig(announce: true), let name = host.serverName, let addresses = loaded.resolve[name] {
+            return addresses.map { ($0.description, port) }
         }
         switch host {
         case .name(let name): return [(name, port)]
         case .ip(let address): return [(address.description, port)]
+        }
+    }
+
+    /// The config `--config` names, else the deployed one (`ConfigSource`), loaded; nil for the
+    /// built-in default. Its problems are printed, and the exit status is 2.
+    func loadedConfig(announce: Bool = false) throws -> Config? {
+        let source = ConfigSource.resolve(config)
+        guard source != .embedded else { return nil }
+        if announce { source.announce(option: config) }
+        do {
+            return try source.load()
+        } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
         }
     }
 

@@ -10,7 +10,7 @@ struct Pinproxy: ParsableCommand {
         abstract: "A local proxy that enforces TLS certificate and public-key pinning for any HTTP client.",
         version: BuildInfo.versionLine,
         subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, KeygenCommand.self, EvaluateCommand.self, CACommand.self,
-                      ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self, WaitCommand.self]
+                      ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self, WaitCommand.self, EgressCommand.self]
     )
 
     /// Runs the command; usage errors exit 2, as every pinproxy command documents.

@@ -20,6 +20,8 @@ final class RefusalReasonTests: XCTestCase {
         (.destinationDenied, 403, false, false, false, "destination_ip_prohibited"),
         (.cleartextDenied, 403, false, false, false, "http_request_denied"),
         (.badRequest, 400, false, false, false, "http_request_error"),
+        (.noSNI, 403, false, false, false, "http_request_error"),
+        (.captureLoop, 403, false, false, false, "proxy_loop_detected"),
         (.dnsFailure, 502, false, false, false, "dns_error"),
         (.upstreamUnreachable, 502, false, false, false, "destination_unavailable"),
         (.handshakeFailed, 502, false, false, false, "tls_protocol_error"),

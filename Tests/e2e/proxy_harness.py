@@ -81,6 +81,8 @@ STATUS = {
             "hostname-mismatch",
             "pin-mismatch",
             "tls-version",
+            "no-sni",
+            "capture-loop",
         )
     },
     "bad-request": 400,
@@ -102,6 +104,8 @@ PROXY_STATUS_ERROR = {
     "upstream-timeout": "connection_timeout",
     "destination-denied": "destination_ip_prohibited",
     "bad-request": "http_request_error",
+    "no-sni": "http_request_error",
+    "capture-loop": "proxy_loop_detected",
 }
 
 #: Two well-formed pins that match nothing in the PKI.

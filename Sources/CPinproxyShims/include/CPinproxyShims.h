@@ -73,6 +73,10 @@ uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void);
 // pidfd_open(2) has only the variadic syscall() in this glibc's headers: -1 with errno ENOSYS
 // where the headers do not know it.
 int pp_pidfd_open(pid_t pid);
+// SO_ORIGINAL_DST (SOL_IP) and IP6T_SO_ORIGINAL_DST (SOL_IPV6) are macros of the kernel's
+// netfilter headers, which Swift's Glibc module does not include.
+int pp_SO_ORIGINAL_DST(void);
+int pp_IP6T_SO_ORIGINAL_DST(void);
 
 
 #endif
