@@ -128,6 +128,8 @@ public enum FileKind: Sendable, Equatable {
     case certificates
     /// An OCSP staple: 16 MiB.
     case staple
+    /// A status file of the kernel's (`/proc/self/stat`, `/proc/stat`): 1 MiB.
+    case processStatus
 
     /// The most pinproxy reads of one such file, in bytes.
     public var readLimit: Int {
@@ -135,6 +137,7 @@ public enum FileKind: Sendable, Equatable {
         case .config: return 64 << 20
         case .crls: return 256 << 20
         case .certificates, .staple: return 16 << 20
+        case .processStatus: return 1 << 20
         }
     }
 
@@ -145,6 +148,7 @@ public enum FileKind: Sendable, Equatable {
         case .crls: return "CRL files"
         case .certificates: return "certificate and key files"
         case .staple: return "OCSP staple files"
+        case .processStatus: return "process status files"
         }
     }
 }

@@ -1,5 +1,5 @@
-/// Why pinproxy refuses a connection: the tokens clients see in `Pinproxy-Refusal` and
-/// operators see in the log. The verdict function decides the certificate and policy
+/// Why pinproxy refuses a connection: the tokens clients see in `Pinproxy-Refusal`, operators
+/// see in the log, and the metrics carry as their `reason` label. The verdict function decides the certificate and policy
 /// reasons; the proxy decides the request, destination and upstream ones.
 public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     // Decided by the verdict, in priority order for chain, host and pin checks.
@@ -43,27 +43,27 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     /// column is a field of `RefusalTraits` filled in here.
     public var traits: RefusalTraits {
         switch self {
-        //                                        status report policy cert metric label
-        case .hostDenied:              return row(403, true,  true,  false, "host-denied")
-        case .portDenied:              return row(403, true,  true,  false, "port-denied")
-        case .untrustedChain:          return row(403, false, true,  true,  "untrusted-chain")
-        case .certificateExpired:      return row(403, false, true,  true,  "certificate-expired")
-        case .certificateNotYetValid:  return row(403, false, true,  true,  "certificate-not-yet-valid")
-        case .revoked:                 return row(403, false, true,  true,  "revoked")
-        case .revocationUnknown:       return row(403, true,  true,  true,  "revocation-unknown")
-        case .hostnameMismatch:        return row(403, false, true,  true,  "hostname-mismatch")
-        case .pinMismatch:             return row(403, true,  true,  true,  "pin-mismatch")
-        case .customCheck:             return row(403, true,  true,  true,  "custom-check")
-        case .tlsVersion:              return row(403, false, false, false, "tls-version")
-        case .destinationDenied:       return row(403, false, false, false, "destination-denied")
-        case .cleartextDenied:         return row(403, false, false, false, "cleartext-denied")
-        case .badRequest:              return row(400, false, false, false, "bad-request")
-        case .noSNI:                   return row(403, false, false, false, "no-sni")
-        case .captureLoop:             return row(403, false, false, false, "capture-loop")
-        case .dnsFailure:              return row(502, false, false, false, "dns-failure")
-        case .upstreamUnreachable:     return row(502, false, false, false, "upstream-unreachable")
-        case .handshakeFailed:         return row(502, false, false, false, "handshake-failed")
-        case .upstreamTimeout:         return row(504, false, false, false, "upstream-timeout")
+        //                                        status report policy cert  Proxy-Status error
+        case .hostDenied:              return row(403, true,  true,  false, .httpRequestDenied)
+        case .portDenied:              return row(403, true,  true,  false, .httpRequestDenied)
+        case .untrustedChain:          return row(403, false, true,  true,  .tlsCertificateError)
+        case .certificateExpired:      return row(403, false, true,  true,  .tlsCertificateError)
+        case .certificateNotYetValid:  return row(403, false, true,  true,  .tlsCertificateError)
+        case .revoked:                 return row(403, false, true,  true,  .tlsCertificateError)
+        case .revocationUnknown:       return row(403, true,  true,  true,  .tlsCertificateError)
+        case .hostnameMismatch:        return row(403, false, true,  true,  .tlsCertificateError)
+        case .pinMismatch:             return row(403, true,  true,  true,  .tlsCertificateError)
+        case .customCheck:             return row(403, true,  true,  true,  .tlsCertificateError)
+        case .tlsVersion:              return row(403, false, false, false, .tlsProtocolError)
+        case .destinationDenied:       return row(403, false, false, false, .destinationIPProhibited)
+        case .cleartextDenied:         return row(403, false, false, false, .httpRequestDenied)
+        case .badRequest:              return row(400, false, false, false, .httpRequestError)
+        case .noSNI:                   return row(403, false, false, false, .httpRequestError)
+        case .captureLoop:             return row(403, false, false, false, .proxyLoopDetected)
+        case .dnsFailure:              return row(502, false, false, false, .dnsError)
+        case .upstreamUnreachable:     return row(502, false, false, false, .destinationUnavailable)
+        case .handshakeFailed:         return row(502, false, false, false, .tlsProtocolError)
+        case .upstreamTimeout:         return row(504, false, false, false, .connectionTimeout)
         }
     }
 }
@@ -84,13 +84,14 @@ public struct RefusalTraits: Sendable {
     /// Whether the certificate the server presented is why: the reasons a pin-failure report
     /// (`report_to`) is sent for.
     public let isCertificateReason: Bool
-    /// The value of the `reason` label of the metrics that count refusals.
-    public let metricLabel: String
+    /// The `error` of the `Proxy-Status` header (RFC 9209) a refusal for this reason carries.
+    /// A DNS lookup that times out is `dns-failure` with `dns_timeout` instead.
+    public let proxyStatusError: ProxyStatusError
 }
 
 /// A row of `RefusalReason.traits`, in its columns' order.
 private func row(_ httpStatus: Int, _ mayBeReportOnly: Bool, _ isPolicyDecision: Bool, _ isCertificateReason: Bool,
-                 _ metricLabel: String) -> RefusalTraits {
+                 _ proxyStatusError: ProxyStatusError) -> RefusalTraits {
     RefusalTraits(httpStatus: httpStatus, mayBeReportOnly: mayBeReportOnly, isPolicyDecision: isPolicyDecision,
-                  isCertificateReason: isCertificateReason, metricLabel: metricLabel)
+                  isCertificateReason: isCertificateReason, proxyStatusError: proxyStatusError)
 }

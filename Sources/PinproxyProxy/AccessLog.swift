@@ -17,6 +17,22 @@ public struct AccessLog: Sendable {
         case listener
         case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
         case address, config, error, entries, warning
+
+        /// How JSON lines write the field when it is given as text (logfmt writes every value as
+        /// text; the certificate fields are arrays).
+        var jsonType: JSONType {
+            switch self {
+            case .port, .status, .bytesUp, .bytesDown, .entries: return .integer
+            case .duration: return .number
+            default: return .string
+            }
+        }
+    }
+
+    /// A field's JSON type: docs/logs-and-metrics.md gives each field's, and a test checks
+    /// every line against it.
+    public enum JSONType: Sendable {
+        case string, integer, number
     }
 
     /// The certificates of a decision: the chain the server presented, and the path OpenSSL
@@ -100,7 +116,8 @@ enum LineValue {
 
 /// Formats an event as one logfmt or JSON line. Under journald each line starts with its
 /// syslog priority: `<6>` allowed connections and lifecycle, `<4>` refusals and report-only,
-/// `<3>` daemon errors.
+/// `<3>` daemon errors. A field without a value is `-` in logfmt and left out of JSON; JSON
+/// writes a field's number as a number (`AccessLog.Field.jsonType`).
 enum LineFormat {
     static func levelName(_ level: Logger.Level) -> String {
         switch level {
@@ -167,13 +184,18 @@ enum LineFormat {
             }
             line.append(UInt8(ascii: "]"))
         }
-        for (index, (key, value)) in fields.enumerated() {
-            if index > 0 { line.append(UInt8(ascii: ",")) }
+        for (key, value) in fields {
+            if case .text(absent) = value { continue }
+            if line.count > 1 { line.append(UInt8(ascii: ",")) }
             appendString(key)
             line.append(UInt8(ascii: ":"))
             switch value {
             case .text(let text):
-                appendString(text)
+                if let type = AccessLog.Field(rawValue: key)?.jsonType, type != .string, isJSONNumber(text, integer: type == .integer) {
+                    line.append(contentsOf: text.utf8)
+                } else {
+                    appendString(text)
+                }
             case .list(let texts):
                 appendArray(texts, appendString)
             case .certificates(let certificates):
@@ -188,6 +210,36 @@ enum LineFormat {
         }
         line.append(UInt8(ascii: "}"))
         return String(decoding: line, as: UTF8.self)
+    }
+
+    /// The value of a field that has none (a client whose address is unknown, an upstream
+    /// that negotiated no protocol).
+    static let absent = "-"
+
+    /// Whether `text` is a JSON number (RFC 8259 §6), without fraction or exponent when
+    /// `integer`. A value that is not stays a string, which the typed log test catches.
+    static func isJSONNumber(_ text: String, integer: Bool) -> Bool {
+        var rest = Substring(text).utf8[...]
+        func digits() -> Int {
+            let count = rest.prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }.count
+            rest = rest.dropFirst(count)
+            return count
+        }
+        if rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
+        let leadingZero = rest.first == UInt8(ascii: "0")
+        let whole = digits()
+        guard whole > 0, !(leadingZero && whole > 1) else { return false }
+        if integer { return rest.isEmpty }
+        if rest.first == UInt8(ascii: ".") {
+            rest = rest.dropFirst()
+            guard digits() > 0 else { return false }
+        }
+        if rest.first == UInt8(ascii: "e") || rest.first == UInt8(ascii: "E") {
+            rest = rest.dropFirst()
+            if rest.first == UInt8(ascii: "+") || rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
+            guard digits() > 0 else { return false }
+        }
+        return rest.isEmpty
     }
 
     /// Printable ASCII without a quote or backslash, the usual case: written as it is.

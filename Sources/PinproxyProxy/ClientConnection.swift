@@ -316,7 +316,7 @@ final class ClientConnection {
              .relaying, .refusing, .refusingInTLS, .closed:
             return unexpected("the client leaving")
         }
-        logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
+        logDecision(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
         worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener)
         close()
     }

@@ -31,7 +31,7 @@ public final class Daemon {
         let log = AccessLog(format: config.proxy.logFormat)
         let caDirectory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
-        let metrics = ProxyMetrics()
+        let metrics = ProxyMetrics(version: BuildInfo.version, commit: BuildInfo.commit ?? "unknown")
         let openFileLimit = ProcessLimits.raiseOpenFileLimit()
         let adminConnections = config.proxy.metricsListen == nil ? 0 : AdminHTTPServer.defaultMaxConnections
         shared = try SharedState(policy: PolicyState(config), localCA: localCA, log: log, metrics: metrics,
@@ -74,7 +74,7 @@ public final class Daemon {
         if !inherited.isEmpty {
             log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
         }
-        metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
+        metrics.policyInForce(config.policies)
         if let metricsListen = config.proxy.metricsListen {
             let routes = metrics.adminRoutes(healthy: { [shared, workers] in
                 !shared.draining.load(ordering: .relaxed) && workers.allSatisfy { $0.isAlive(within: Self.stuckAfter) }
@@ -148,7 +148,7 @@ public final class Daemon {
         "\(shared.policy.config.policies.entries.count) host entries, \(shared.openTunnels.load(ordering: .relaxed)) open tunnels, \(shared.openConnections.load(ordering: .relaxed)) connections"
     }
 
-    /// Watchdog pings, STATUS= updates, and the daily countdown of pin-expiry days.
+    /// Watchdog pings, STATUS= updates, and the hourly countdown of pin-expiry days.
     private func startHousekeeping() {
         if let interval = notifier.watchdogInterval {
             // Pinged only while every worker loop beats: a stuck worker lets systemd restart us.
@@ -163,7 +163,7 @@ public final class Daemon {
             })
         }
         housekeeping.append(PinproxyInterop.Timer(loop: control, after: 3_600, repeats: true) { [shared] in
-            shared.metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: shared.policy.config.policies))
+            shared.metrics.policyInForce(shared.policy.config.policies)
         })
     }
 
@@ -195,7 +195,7 @@ public final class Daemon {
                 let config = try ConfigLoader.load(path: configPath)
                 shared.policy.replace(with: config)
                 shared.metrics.reload(ok: true)
-                shared.metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
+                shared.metrics.policyInForce(config.policies)
                 // Sessions admitted under a policy this reload changed are never resumed.
                 let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.fingerprint))
                 shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }

@@ -17,6 +17,7 @@ extension ClientConnection {
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
                                               context: destination.context, at: Date())
         worker.shared.metrics.verificationLatency(Date().timeIntervalSince(started))
+        worker.shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
         guard verdict.allowsConnection else {
             if connection.sessionReused { worker.shared.sessions.remove(sessionKey(for: destination)) }
             return refuse(verdict: verdict, alpn: connection.selectedProtocol)

@@ -149,11 +149,12 @@ extension ClientConnection {
     /// The hook `sendRefusal` calls under `refusal = "in-tls"` once the decision is logged and
     /// the upstream closed: the refusal page inside the client's TLS (state `refusingInTLS`),
     /// then `close()`.
-    func refuseInTLS(_ subject: Subject, reason: RefusalReason, detail: String, verdict: Verdict?) {
+    func refuseInTLS(_ subject: Subject, reason: RefusalReason, detail: String, proxyStatus: String, verdict: Verdict?) {
         let entry = verdict?.entry ?? subject.entry
         let policy = entry?.policy
         let page = RefusalResponse.Page(
-            status: reason.traits.httpStatus, reason: reason, detail: detail, host: subject.host.description, port: subject.port,
+            status: reason.traits.httpStatus, reason: reason, detail: detail, proxyStatus: proxyStatus,
+            host: subject.host.description, port: subject.port,
             entry: entry?.name, configPath: config.path,
             presented: (verdict?.presented ?? []).map {
                 ($0.subject, Pin(digest: $0.publicKeySHA256).description, Pin(digest: $0.certificateSHA256).description)

@@ -28,7 +28,7 @@ extension ClientConnection {
     /// first, and `reopenChange` how its verdict differs from the first's.
     func logAdmission(_ tunnel: Tunnel, note: String?, reopenChange: Verdict.Outcome? = nil) {
         let verdict = tunnel.verdict
-        let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
+        let outcome: ConnectionOutcome = verdict.outcome == .allow ? .allowed : .reportOnly
         let resumed = tunnel.upstream.connection.sessionReused
         var detail = ([note].compactMap { $0 } + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
@@ -39,7 +39,7 @@ extension ClientConnection {
         guard note == nil else { return }
         worker.shared.report(verdict, host: tunnel.destination.host, port: tunnel.destination.port)
         if let reason = verdict.reason {
-            worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason, listener: listener)
+            worker.shared.metrics.connection(outcome: .reportOnly, reason: reason, listener: listener)
             worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true)
         } else {
             worker.shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener)

@@ -14,18 +14,20 @@ enum RefusalResponse {
     /// The whole refusal on the CONNECT (`refusal = "connect"`, or a request without a host):
     /// the status line, `Pinproxy-Refusal`, and a body naming the reason, the target (when the
     /// request named one) and the detail.
-    static func connectResponse(status: Int, reason: RefusalReason, target: (host: String, port: UInt16)?, detail: String) -> [UInt8] {
+    static func connectResponse(status: Int, reason: RefusalReason, proxyStatus: String, target: (host: String, port: UInt16)?,
+                                detail: String) -> [UInt8] {
         let named = target.map { "\(sanitizedHost($0.host)):\($0.port)" } ?? "the request"
         let body = "pinproxy refused \(named): \(reason.rawValue)\n\(printable(detail, limit: maximumDetailLength))\n"
-        return response(status: status, reason: reason, host: target?.host, body: body, includeBody: true)
+        return response(status: status, reason: reason, proxyStatus: proxyStatus, host: target?.host, body: body, includeBody: true)
     }
 
-    /// The status line, `Pinproxy-Refusal`, the headers of a text body that closes the
-    /// connection, and `body` unless `includeBody` is false (for HEAD).
-    static func response(status: Int, reason: RefusalReason, host: String?, body: String, includeBody: Bool) -> [UInt8] {
+    /// The status line, `Pinproxy-Refusal`, `Proxy-Status` (`ProxyStatus.value`), the headers of
+    /// a text body that closes the connection, and `body` unless `includeBody` is false (for HEAD).
+    static func response(status: Int, reason: RefusalReason, proxyStatus: String, host: String?, body: String,
+                         includeBody: Bool) -> [UInt8] {
         let body = Array(body.utf8)
         var head = statusLine(status: status, reason: reason, host: host) + "\r\n"
-        head += "Pinproxy-Refusal: \(reason.rawValue)\r\n"
+        head += "Pinproxy-Refusal: \(reason.rawValue)\r\nProxy-Status: \(proxyStatus)\r\n"
         head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
         head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
         return Array(head.utf8) + (includeBody ? body : [])
@@ -67,6 +69,8 @@ extension RefusalResponse {
         let status: Int
         let reason: RefusalReason
         let detail: String
+        /// The `Proxy-Status` header's value.
+        let proxyStatus: String
         let host: String
         let port: UInt16
         /// `hosts."api.example.com"`, or `default`; nil when no entry was looked up.
@@ -87,9 +91,10 @@ extension RefusalResponse {
 
     /// The whole HTTP/1.1 response (head, and the body unless `includeBody` is false, for
     /// HEAD): the refusal's status line, `Pinproxy-Refusal`, and a text body that says what was
-    /// presented, which pins were expected, and how to update the policy.
+    /// presented, which pins were expected, and how to update the policy; `Proxy-Status` too.
     static func inTLSResponse(_ page: Page, includeBody: Bool = true) -> [UInt8] {
-        response(status: page.status, reason: page.reason, host: page.host, body: inTLSBody(page), includeBody: includeBody)
+        response(status: page.status, reason: page.reason, proxyStatus: page.proxyStatus, host: page.host, body: inTLSBody(page),
+                 includeBody: includeBody)
     }
 
     static func inTLSBody(_ page: Page) -> String {

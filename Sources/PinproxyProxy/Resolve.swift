@@ -20,7 +20,7 @@ extension ClientConnection {
 
     private func dnsTimedOut() {
         guard case .resolving(let destination, _, _) = state else { return unexpected("the DNS timer") }
-        refuse(.dnsFailure, "no DNS answer for \(destination.host) within \(formatSeconds(config.proxy.dnsTimeout))")
+        refuse(.dnsFailure, "no DNS answer for \(destination.host) within \(formatSeconds(config.proxy.dnsTimeout))", proxyError: .dnsTimeout)
     }
 
     private func resolved(_ result: Result<[IPAddress], DNSFailure>) {

@@ -6,15 +6,16 @@ import PinproxyService
 
 extension ClientConnection {
     /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
-    /// `destination` names the entry when the state does not hold it yet.
-    func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject))
+    /// `destination` names the entry when the state does not hold it yet; `proxyError`
+    /// overrides the reason's `Proxy-Status` error type.
+    func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil, proxyError: ProxyStatusError? = nil) {
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), proxyError: proxyError)
     }
 
     /// Step 7 (refused): a refusal about `subject`, which the state does not hold (a
     /// transparent client refused before its destination is settled).
     func refuse(_ reason: RefusalReason, _ detail: String, subject: Subject) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: subject)
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: subject, proxyError: nil)
     }
 
     /// Step 7 (refused): a refusal the verdict decided; `alpn` is what the refused upstream
@@ -22,7 +23,7 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, subject: destination.map(Self.subject))
+                    alpn: alpn, subject: destination.map(Self.subject), proxyError: nil)
     }
 
     private static func subject(_ destination: Destination) -> Subject {
@@ -35,7 +36,8 @@ extension ClientConnection {
     /// the client's TLS (`refuseInTLS`); a transparent client refused for a bad request is
     /// only closed. An upstream reopened for the client's ALPN offer is refused after the 200:
     /// the client's handshake is cut off.
-    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?) {
+    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?,
+                             proxyError: ProxyStatusError?) {
         switch state {
         case .readingRequest, .readingTransparentHello, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
@@ -48,7 +50,7 @@ extension ClientConnection {
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = given ?? logSubject
-        logDecision(outcome: "refused", reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
+        logDecision(outcome: .refused, reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
         worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
         worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
@@ -56,13 +58,14 @@ extension ClientConnection {
         case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
         default: break
         }
+        let proxyStatus = ProxyStatus.value(reason: reason, detail: detail, error: proxyError)
         if config.proxy.refusal == .inTLS || listener == .transparent, reason != .badRequest, let subject {
-            return refuseInTLS(subject, reason: reason, detail: detail, verdict: verdict)
+            return refuseInTLS(subject, reason: reason, detail: detail, proxyStatus: proxyStatus, verdict: verdict)
         }
         if listener == .transparent { return close() }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
-        let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason,
+        let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason, proxyStatus: proxyStatus,
                                                      target: subject.map { ($0.host.description, $0.port) }, detail: detail)
         clientSide.setReading(false)
         clientSide.discardInput()
@@ -81,7 +84,7 @@ extension ClientConnection {
         // The first upstream was admitted, so a refusal by the verdict always changes it.
         let changed = verdict.flatMap { $0.outcome != first ? $0.outcome : nil }
         if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
-        logDecision(outcome: "refused", reason: reason, status: 200,
+        logDecision(outcome: .refused, reason: reason, status: 200,
                     detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
                     verdict: verdict, alpn: alpn, reopenChange: changed)
         close()
@@ -110,7 +113,7 @@ extension ClientConnection {
     /// upstream presented and the path OpenSSL verified; `reopenChange` is a reopened upstream's
     /// outcome when it differs from the first upstream's, which the 200 described
     /// (`reopen_outcome`, `reopen_reason`).
-    func logDecision(outcome: String, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
+    func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil, reopenChange: Verdict.Outcome? = nil) {
         if reason == .captureLoop, worker.shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-"), (.listener, listener.rawValue)]
@@ -118,19 +121,19 @@ extension ClientConnection {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }
         }
-        fields.append((.outcome, outcome))
+        fields.append((.outcome, outcome.rawValue))
         if let reason { fields.append((.reason, reason.rawValue)) }
         if let status { fields.append((.status, String(status))) }
         switch reopenChange {
-        case .allow: fields.append((.reopenOutcome, "allowed"))
-        case .reportOnly(let reason): fields += [(.reopenOutcome, "report-only"), (.reopenReason, reason.rawValue)]
-        case .refuse(let reason): fields += [(.reopenOutcome, "refused"), (.reopenReason, reason.rawValue)]
+        case .allow: fields.append((.reopenOutcome, ConnectionOutcome.allowed.rawValue))
+        case .reportOnly(let reason): fields += [(.reopenOutcome, ConnectionOutcome.reportOnly.rawValue), (.reopenReason, reason.rawValue)]
+        case .refuse(let reason): fields += [(.reopenOutcome, ConnectionOutcome.refused.rawValue), (.reopenReason, reason.rawValue)]
         case nil: break
         }
         if verdict != nil { fields.append((.alpn, alpn?.description ?? "-")) }
         if !detail.isEmpty { fields.append((.detail, detail)) }
         let certificates = verdict.map { AccessLog.Certificates(presented: $0.presented, verified: $0.verifiedPath) }
-        let level: Logger.Level = outcome == "allowed" || outcome == "client-gone" ? .info : .warning
+        let level: Logger.Level = outcome == .allowed || outcome == .clientGone ? .info : .warning
         worker.shared.log.emit(level, "connection", fields, certificates: certificates)
     }
 }

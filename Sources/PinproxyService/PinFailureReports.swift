@@ -83,7 +83,7 @@ public final class PinFailureReporter: Sendable {
         self.perHostPerMinute = perHostPerMinute
         self.limits = limits
         self.log = log
-        let descriptor = MetricNameDescriptor.named("pinproxy_reports_total", help: "Pin-failure reports by result (report_to).")
+        let descriptor = ProxyMetrics.Family.reports.descriptor
         queued = registry.makeCounter(descriptor: descriptor, labels: [("result", "queued")])
         dropped = registry.makeCounter(descriptor: descriptor, labels: [("result", "dropped")])
         let sent = registry.makeCounter(descriptor: descriptor, labels: [("result", "sent")])

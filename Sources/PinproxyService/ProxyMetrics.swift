@@ -6,40 +6,22 @@ import Prometheus
 /// The daemon's Prometheus metrics, exposed on `/metrics` when `metrics_listen` is set.
 ///
 /// Owns a `PrometheusCollectorRegistry` (swift-prometheus), which renders the text exposition
-/// format. Series:
+/// format; `render()` adds the standard `process_*` metrics, read from `/proc` at each scrape,
+/// and the `# HELP`/`# TYPE` lines of every family in `families` that has no series yet, so that
+/// each family is there from the first scrape. `docs/logs-and-metrics.md` lists them all.
 ///
-/// | name | type | labels |
-/// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`), `listener` (connect, transparent) |
-/// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
-/// | `pinproxy_reopen_verdict_changes_total` | counter | |
-/// | `pinproxy_open_tunnels` | gauge | |
-/// | `pinproxy_relayed_bytes_total` | counter | `direction` (client_to_upstream, upstream_to_client) |
-/// | `pinproxy_upstream_handshake_seconds` | histogram | |
-/// | `pinproxy_verification_seconds` | histogram | |
-/// | `pinproxy_config_reloads_total` | counter | `result` (ok, failed) |
-/// | `pinproxy_pin_expiry_days` | gauge | `host_pattern`: days until the entry's earliest pinned certificate or `expires` runs out (negative once past) |
-///
-/// Labels are bounded: `host_pattern` is always a configured pattern (`[default]` for the
-/// `[default]` entry, which no pattern can spell, `-` before any entry applies), never a
-/// requested host name.
+/// Label values are the log's: `outcome` is `ConnectionOutcome`, `reason` a `RefusalReason`,
+/// `mode` `enforce` or `report-only`, `listener` a `ListenerKind`. Labels are bounded:
+/// `host_pattern` is always a configured pattern (`[default]` for the `[default]` entry, which no
+/// pattern can spell, `-` before any entry applies), never a requested host name, and per-entry
+/// gauges exist only for entries with pins (pin expiry) or one exact host (upstream certificate
+/// expiry).
 ///
 /// Thread safety: every method may be called from any thread at any time, concurrently — the
 /// daemon's event loops each call it. swift-prometheus's registry, `Counter`, `Gauge` and
-/// `Histogram` are `Sendable` and lock or use atomics internally; the one piece of state this
-/// class adds (the pin-expiry gauges by pattern) is behind a `Locked`.
+/// `Histogram` are `Sendable` and lock or use atomics internally; the state this class adds
+/// (the per-entry gauges) is behind `Locked`s.
 public final class ProxyMetrics: Sendable {
-    /// What happened to one client connection.
-    public enum ConnectionOutcome: String, Sendable, CaseIterable {
-        case allowed
-        case refused
-        /// `enforce = false`: allowed, but the entry would have refused.
-        case wouldRefuse = "would_refuse"
-        /// The client left before its tunnel opened (while pinproxy resolved, connected or
-        /// handshook upstream): no decision was sent.
-        case clientGone = "client_gone"
-    }
-
     /// The `Content-Type` of `render()`: the Prometheus text format.
     public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -51,7 +33,10 @@ public final class ProxyMetrics: Sendable {
     private let bytesToClient: Counter
     private let handshakeSeconds: ValueHistogram
     private let verificationSeconds: ValueHistogram
-    private let pinExpiryGauges = Locked<[String: Gauge]>([:])
+    private let lastReloadSuccessful: Gauge
+    private let lastReloadSuccessTime: Gauge
+    private let pinExpiryGauges = Locked<[String: PinExpiryGauges]>([:])
+    private let upstreamExpiry = Locked<UpstreamExpiry>(UpstreamExpiry())
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
@@ -71,52 +56,58 @@ public final class ProxyMetrics: Sendable {
         let reportOnly: Bool
     }
 
-    private enum Name {
-        static let connections = "pinproxy_connections_total"
-        static let refusals = "pinproxy_refusals_total"
-        static let reopenVerdictChanges = "pinproxy_reopen_verdict_changes_total"
-        static let openTunnels = "pinproxy_open_tunnels"
-        static let relayedBytes = "pinproxy_relayed_bytes_total"
-        static let handshake = "pinproxy_upstream_handshake_seconds"
-        static let verification = "pinproxy_verification_seconds"
-        static let reloads = "pinproxy_config_reloads_total"
-        static let pinExpiry = "pinproxy_pin_expiry_days"
+    private struct PinExpiryGauges {
+        let days: Gauge
+        let timestamp: Gauge
     }
 
-    private enum Help {
-        static let connections = "Client connections by outcome and refusal reason."
-        static let refusals = "Refusals (and report-only would-refuse decisions) by host pattern and reason."
-        static let reopenVerdictChanges = "Upstreams reopened for the client's ALPN offer whose verdict differs from the first upstream's."
-        static let openTunnels = "Tunnels currently open."
-        static let relayedBytes = "Bytes relayed through tunnels, by direction."
-        static let handshake = "Upstream TLS handshake duration in seconds."
-        static let verification = "Certificate chain, host and pin verification duration in seconds."
-        static let reloads = "Configuration reloads by result."
-        static let pinExpiry = "Days until the entry's earliest pinned certificate or expires date runs out."
+    /// The policy in force and the upstream-certificate gauges of its one-host entries.
+    private struct UpstreamExpiry {
+        var table: PolicyTable?
+        var gauges: [String: Gauge] = [:]
     }
+
+    /// One metric family: what `# HELP` and `# TYPE` say about it.
+    public struct Family: Sendable {
+        public let name: String
+        public let type: String
+        public let help: String
+
+        var descriptor: MetricNameDescriptor { .named(name, help: help) }
+    }
+
+    /// The families the daemon exports (the `process_*` ones too), each from the first scrape.
+    public static let families: [Family] = [
+        Family.connections, .refusals, .reopenVerdictChanges, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
+        .lastReloadSuccessful, .lastReloadSuccessTime, .pinExpiryTimestamp, .pinExpiryDays, .upstreamCertificateExpiry,
+        .buildInfo, .reports,
+    ] + ProcessFamily.allCases.map(\.family)
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
     public static let handshakeBuckets: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
     /// Verification is local CPU work (plus CRL/OCSP checks already in memory).
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
-    /// Creates the series on a new registry (or `registry`); counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) are created at once.
-    public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
+    /// Creates the series on a new registry (or `registry`): counters that should read 0 from the
+    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) at once, `pinproxy_build_info` for
+    /// `version` and `commit`, and the reload gauges as of a successful load `loadedAt`.
+    public init(version: String, commit: String, loadedAt: Date = Date(),
+                registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
-        openTunnels = registry.makeGauge(descriptor: .named(Name.openTunnels, help: Help.openTunnels))
-        bytesToUpstream = registry.makeCounter(descriptor: .named(Name.relayedBytes, help: Help.relayedBytes),
-                                               labels: [("direction", "client_to_upstream")])
-        bytesToClient = registry.makeCounter(descriptor: .named(Name.relayedBytes, help: Help.relayedBytes),
-                                             labels: [("direction", "upstream_to_client")])
-        handshakeSeconds = registry.makeValueHistogram(descriptor: .named(Name.handshake, help: Help.handshake),
-                                                       buckets: Self.handshakeBuckets)
-        verificationSeconds = registry.makeValueHistogram(descriptor: .named(Name.verification, help: Help.verification),
-                                                          buckets: Self.verificationBuckets)
-        allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
+        openTunnels = registry.makeGauge(descriptor: Family.openTunnels.descriptor)
+        bytesToUpstream = registry.makeCounter(descriptor: Family.relayedBytes.descriptor, labels: [("direction", "client_to_upstream")])
+        bytesToClient = registry.makeCounter(descriptor: Family.relayedBytes.descriptor, labels: [("direction", "upstream_to_client")])
+        handshakeSeconds = registry.makeValueHistogram(descriptor: Family.handshake.descriptor, buckets: Self.handshakeBuckets)
+        verificationSeconds = registry.makeValueHistogram(descriptor: Family.verification.descriptor, buckets: Self.verificationBuckets)
+        allowedConnections = registry.makeCounter(descriptor: Family.connections.descriptor,
                                                   labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
                                                            ("listener", ListenerKind.connect.rawValue)])
-        reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
+        lastReloadSuccessful = registry.makeGauge(descriptor: Family.lastReloadSuccessful.descriptor)
+        lastReloadSuccessTime = registry.makeGauge(descriptor: Family.lastReloadSuccessTime.descriptor)
+        lastReloadSuccessful.set(1.0)
+        lastReloadSuccessTime.set(loadedAt.timeIntervalSince1970)
+        registry.makeGauge(descriptor: Family.buildInfo.descriptor, labels: [("version", version), ("commit", commit)]).set(1.0)
+        reopenVerdictChanges = registry.makeCounter(descriptor: Family.reopenVerdictChanges.descriptor)
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -136,9 +127,9 @@ public final class ProxyMetrics: Sendable {
         refusalCounters.withLock { counters in
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
-                descriptor: .named(Name.refusals, help: Help.refusals),
-                labels: [("host_pattern", hostPattern), ("reason", reason.traits.metricLabel),
-                         ("mode", reportOnly ? "report_only" : "enforce")]
+                descriptor: Family.refusals.descriptor,
+                labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
+                         ("mode", reportOnly ? ConnectionOutcome.reportOnly.rawValue : "enforce")]
             )
             counters[key] = counter
             return counter
@@ -194,51 +185,117 @@ public final class ProxyMetrics: Sendable {
         verificationSeconds.record(seconds)
     }
 
-    // MARK: Reloads and pins
+    // MARK: Reloads, pins and upstream certificates
 
-    /// A SIGHUP reload finished: `ok` when the new config replaced the old one.
-    public func reload(ok: Bool) {
+    /// A SIGHUP reload finished at `time`: `ok` when the new config replaced the old one.
+    public func reload(ok: Bool, at time: Date = Date()) {
         reloadCounter(ok: ok).increment()
+        lastReloadSuccessful.set(ok ? 1.0 : 0.0)
+        if ok { lastReloadSuccessTime.set(time.timeIntervalSince1970) }
+    }
+
+    /// The policy `table` is in force (at start, after each successful reload, and hourly so
+    /// that the days count down): the pin-expiry series become its pinned entries', and the
+    /// upstream-certificate series of entries it no longer has (as one exact host) go.
+    public func policyInForce(_ table: PolicyTable, now: Date = Date()) {
+        setPinExpiry(entries: Self.pinExpiryEntries(in: table), now: now)
+        upstreamExpiry.withLock { state in
+            state.table = table
+            for (pattern, gauge) in state.gauges where Self.oneHostEntry(pattern, in: table) == nil {
+                registry.unregisterGauge(gauge)
+                state.gauges[pattern] = nil
+            }
+        }
     }
 
     /// Replaces the pin-expiry series with `entries`: a pattern no longer listed is removed.
-    /// Call at startup and after each successful reload (and daily, so the days count down),
-    /// typically with `pinExpiryEntries(in:now:)`.
-    public func setPinExpiry(entries: [(pattern: String, days: Double)]) {
+    public func setPinExpiry(entries: [(pattern: String, expiresAt: Date)], now: Date = Date()) {
         pinExpiryGauges.withLock { gauges in
-            var next: [String: Gauge] = [:]
-            for (pattern, days) in entries {
-                let gauge = gauges[pattern] ?? registry.makeGauge(
-                    descriptor: .named(Name.pinExpiry, help: Help.pinExpiry), labels: [("host_pattern", pattern)])
-                gauge.set(days)
-                next[pattern] = gauge
+            var next: [String: PinExpiryGauges] = [:]
+            for (pattern, expiresAt) in entries {
+                let pair = gauges[pattern] ?? PinExpiryGauges(
+                    days: registry.makeGauge(descriptor: Family.pinExpiryDays.descriptor, labels: [("host_pattern", pattern)]),
+                    timestamp: registry.makeGauge(descriptor: Family.pinExpiryTimestamp.descriptor, labels: [("host_pattern", pattern)]))
+                pair.days.set(expiresAt.timeIntervalSince(now) / 86_400)
+                pair.timestamp.set(expiresAt.timeIntervalSince1970)
+                next[pattern] = pair
             }
-            for (pattern, gauge) in gauges where next[pattern] == nil {
-                registry.unregisterGauge(gauge)
+            for (pattern, pair) in gauges where next[pattern] == nil {
+                registry.unregisterGauge(pair.days)
+                registry.unregisterGauge(pair.timestamp)
             }
             gauges = next
         }
     }
 
     /// For every pinned entry of `table` (pins or pinned certificates, `[default]` included),
-    /// the days from `now` until the earliest of its pinned certificates' `notAfter` and its
-    /// `expires` date. An entry pinning only digests, without `expires`, has no such date and is
-    /// left out.
-    public static func pinExpiryEntries(in table: PolicyTable, now: Date = Date()) -> [(pattern: String, days: Double)] {
+    /// the earliest of its pinned certificates' `notAfter` and the end of its `expires` day
+    /// (00:00Z the day after). An entry pinning only digests, without `expires`, has no such
+    /// date and is left out.
+    public static func pinExpiryEntries(in table: PolicyTable) -> [(pattern: String, expiresAt: Date)] {
         ([table.defaultEntry] + table.entries).compactMap { entry in
             let policy = entry.policy
             guard !policy.pins.isEmpty || !policy.pinnedCertificates.isEmpty else { return nil }
             let dates = policy.pinnedCertificates.map(\.notAfter) + [policy.pinsExpireAt].compactMap { $0 }
             guard let earliest = dates.min() else { return nil }
-            return (patternLabel(for: entry), earliest.timeIntervalSince(now) / 86_400)
+            return (patternLabel(for: entry), earliest)
         }
+    }
+
+    /// The chain verified for a connection under `entry` (leaf first, as `Verdict.verified`):
+    /// when the entry names one exact host and is still in force, its
+    /// `pinproxy_upstream_certificate_expiry_timestamp_seconds` becomes the earliest `notAfter`
+    /// of the leaf and intermediates (a self-issued root at the end is not the server's to renew).
+    public func upstreamChainVerified(_ chain: [Certificate], entry: PolicyEntry) {
+        guard Self.namesOneHost(entry), let pattern = entry.pattern,
+              let earliest = chain.enumerated().filter({ $0.offset == 0 || !$0.element.isSelfIssued }).map(\.element.notAfter).min()
+        else { return }
+        let label = pattern.description
+        upstreamExpiry.withLock { state in
+            guard let table = state.table, Self.oneHostEntry(label, in: table) != nil else { return }
+            let gauge = state.gauges[label] ?? registry.makeGauge(descriptor: Family.upstreamCertificateExpiry.descriptor,
+                                                                   labels: [("host_pattern", label)])
+            gauge.set(earliest.timeIntervalSince1970)
+            state.gauges[label] = gauge
+        }
+    }
+
+    /// Whether `entry` names exactly one host: an exact name without `include_subdomains`, or
+    /// an IP address. The hosts a pattern covers would make one series flap between them.
+    static func namesOneHost(_ entry: PolicyEntry) -> Bool {
+        switch entry.pattern {
+        case .exact: return !entry.policy.includeSubdomains
+        case .ip: return true
+        case .wildcard, nil: return false
+        }
+    }
+
+    /// The entry of `table` whose pattern is `label` when it names one host.
+    private static func oneHostEntry(_ label: String, in table: PolicyTable) -> PolicyEntry? {
+        guard let host = TargetHost(label) else { return nil }
+        let entry = table.lookup(host)
+        return entry.pattern?.description == label && namesOneHost(entry) ? entry : nil
     }
 
     // MARK: Exposition
 
-    /// The Prometheus text exposition of every series.
+    /// The Prometheus text exposition of every series, the `process_*` metrics read now, and
+    /// the `# HELP`/`# TYPE` of every family that has no series yet.
     public func render() -> String {
-        registry.emitToString()
+        var text = registry.emitToString()
+        if let stats = ProcessStats.current() {
+            for family in ProcessFamily.allCases {
+                text += family.family.header + "\(family.name) \(family.value(in: stats))\n"
+            }
+        }
+        var present = Set<Substring>()
+        for line in text.split(separator: "\n") where line.hasPrefix("# TYPE ") {
+            present.insert(line.dropFirst(7).prefix { $0 != " " })
+        }
+        for family in Self.families where !present.contains(Substring(family.name)) {
+            text += family.header
+        }
+        return text
     }
 
     /// `/metrics` (this object's `render()`) and `/healthz` (200 `ok` while `healthy()`, else
@@ -262,8 +319,8 @@ public final class ProxyMetrics: Sendable {
         outcomeCounters.withLock { counters in
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
-                descriptor: .named(Name.connections, help: Help.connections),
-                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.traits.metricLabel ?? "none"), ("listener", key.listener.rawValue)]
+                descriptor: Family.connections.descriptor,
+                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.rawValue ?? "none"), ("listener", key.listener.rawValue)]
             )
             counters[key] = counter
             return counter
@@ -271,7 +328,7 @@ public final class ProxyMetrics: Sendable {
     }
 
     private func reloadCounter(ok: Bool) -> Counter {
-        registry.makeCounter(descriptor: .named(Name.reloads, help: Help.reloads), labels: [("result", ok ? "ok" : "failed")])
+        registry.makeCounter(descriptor: Family.reloads.descriptor, labels: [("result", ok ? "ok" : "failed")])
     }
 }
 

@@ -96,4 +96,32 @@ final class LineFormatTests: XCTestCase {
             XCTAssertEqual(String(decoding: bytes, as: UTF8.self), text, value)
         }
     }
+
+    func testJSONWritesNumbersAsNumbersAndLeavesAbsentFieldsOut() throws {
+        let line = LineFormat.json([("event", "tunnel-closed"), ("client", "-"), ("port", "18443"), ("status", "403"),
+                                    ("alpn", "-"), ("bytes_up", "0"), ("duration", "0.003"), ("entries", "12"),
+                                    ("detail", "-1"), ("host", "443")])
+        XCTAssertEqual(line, #"{"event":"tunnel-closed","port":18443,"status":403,"bytes_up":0,"duration":0.003,"entries":12,"detail":"-1","host":"443"}"#)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        XCTAssertNil(object["client"])
+        XCTAssertNil(object["alpn"])
+        XCTAssertEqual(LineFormat.logfmt([("client", "-"), ("port", "18443")]), "client=- port=18443", "logfmt keeps -")
+    }
+
+    func testOnlyJSONNumbersAreWrittenBare() {
+        for text in ["0", "7", "-3", "18443", "9223372036854775807"] {
+            XCTAssertTrue(LineFormat.isJSONNumber(text, integer: true), text)
+        }
+        for text in ["", "-", "007", "1.5", "1e3", "+1", "0x10", " 1", "1 ", "NaN"] {
+            XCTAssertFalse(LineFormat.isJSONNumber(text, integer: true), text)
+        }
+        for text in ["0.003", "12.500", "-0.5", "1e3", "2.5E-4", "0"] {
+            XCTAssertTrue(LineFormat.isJSONNumber(text, integer: false), text)
+        }
+        for text in ["1.", ".5", "01.5", "1e", "inf", "0.003s"] {
+            XCTAssertFalse(LineFormat.isJSONNumber(text, integer: false), text)
+        }
+        // A value that is not a number stays a string rather than breaking the line.
+        XCTAssertEqual(LineFormat.json([("port", "80a")]), #"{"port":"80a"}"#)
+    }
 }

@@ -8,7 +8,7 @@ final class AdminHTTPServerTests: XCTestCase {
     /// A real event base on its own thread, a real evhttp listener, real sockets.
     func testServesMetricsAndHealthz() throws {
         let loop = try RunningLoop()
-        let metrics = ProxyMetrics()
+        let metrics = ProxyMetrics.forTests()
         metrics.connection(outcome: .refused, reason: .pinMismatch)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
         metrics.tunnelOpened()

@@ -26,7 +26,7 @@ final class PinFailureReporterTests: XCTestCase {
     func testAReportThatCannotBeSerialisedIsCountedNotSentEmpty() throws {
         let directory = try TemporaryDirectory()
         let path = directory.path + "/reports.jsonl"
-        let metrics = ProxyMetrics()
+        let metrics = ProxyMetrics.forTests()
         let verdict = try verdict()
         let reporter = reporter(path, metrics, verdict: verdict)
         let host = TargetHost("api.test")!

@@ -18,11 +18,12 @@ enum PrometheusParser {
     private static let script = """
         import json, sys
         from prometheus_client.parser import text_string_to_metric_families
-        out = []
+        out = {"samples": [], "families": []}
         for family in text_string_to_metric_families(sys.stdin.read()):
+            out["families"].append(family.name)
             for s in family.samples:
-                out.append({"family": family.name, "type": family.type, "help": family.documentation,
-                            "name": s.name, "labels": s.labels, "value": s.value})
+                out["samples"].append({"family": family.name, "type": family.type, "help": family.documentation,
+                                       "name": s.name, "labels": s.labels, "value": s.value})
         print(json.dumps(out))
         """
 
@@ -41,13 +42,28 @@ enum PrometheusParser {
                                     + (install?.stderr ?? "pip did not run")))
     }()
 
+    private struct Parsed: Decodable {
+        let samples: [ParsedSample]
+        let families: [String]
+    }
+
     static func parse(_ text: String) throws -> [ParsedSample] {
+        try parsed(text).samples
+    }
+
+    /// The names of the families `text` declares, those without a sample too (a counter's
+    /// without its `_total`, as prometheus_client names them).
+    static func families(_ text: String) throws -> [String] {
+        try parsed(text).families
+    }
+
+    private static func parsed(_ text: String) throws -> Parsed {
         let python = try ready.get()
         let output = try runProcess(python, ["-c", script], input: text)
         guard output.status == 0 else {
             throw Failure(description: "prometheus_client rejected the exposition:\n\(output.stderr)\n--- text ---\n\(text)")
         }
-        return try JSONDecoder().decode([ParsedSample].self, from: Data(output.stdout.utf8))
+        return try JSONDecoder().decode(Parsed.self, from: Data(output.stdout.utf8))
     }
 }
 

@@ -6,7 +6,12 @@ import PinproxyService
 
 final class ProxyMetricsTests: XCTestCase {
     func testFreshMetricsParseAndReadZero() throws {
-        let samples = try PrometheusParser.parse(ProxyMetrics().render())
+        let loadedAt = Date(timeIntervalSince1970: 1_790_000_000.5)
+        let text = ProxyMetrics(version: "1.2.3", commit: "abc1234", loadedAt: loadedAt).render()
+        let samples = try PrometheusParser.parse(text)
+        XCTAssertEqual(samples.value("pinproxy_build_info", ["version": "1.2.3", "commit": "abc1234"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_config_last_reload_successful"), 1)
+        XCTAssertEqual(samples.value("pinproxy_config_last_reload_success_timestamp_seconds"), 1_790_000_000.5)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 0)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 0)
         XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 0)
@@ -19,7 +24,7 @@ final class ProxyMetricsTests: XCTestCase {
     }
 
     func testTransparentConnectionsAreCountedUnderTheirOwnListenerLabel() throws {
-        let metrics = ProxyMetrics()
+        let metrics = ProxyMetrics.forTests()
         metrics.connection(outcome: .allowed, reason: nil, listener: .transparent)
         metrics.connection(outcome: .refused, reason: .noSNI, listener: .transparent)
         metrics.connection(outcome: .allowed, reason: nil, listener: .connect)
@@ -30,11 +35,11 @@ final class ProxyMetricsTests: XCTestCase {
     }
 
     func testEverySeriesParsesWithItsTypeHelpAndValue() throws {
-        let metrics = ProxyMetrics()
+        let metrics = ProxyMetrics.forTests()
         metrics.connection(outcome: .allowed, reason: nil)
         metrics.connection(outcome: .allowed, reason: nil)
         metrics.connection(outcome: .refused, reason: .pinMismatch)
-        metrics.connection(outcome: .wouldRefuse, reason: .hostnameMismatch)
+        metrics.connection(outcome: .reportOnly, reason: .hostnameMismatch)
         metrics.connection(outcome: .clientGone, reason: nil)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
@@ -53,20 +58,22 @@ final class ProxyMetricsTests: XCTestCase {
         metrics.reload(ok: true)
         metrics.reload(ok: false)
         metrics.reopenVerdictChanged()
-        metrics.setPinExpiry(entries: [(pattern: "api.example.com", days: 41.5), (pattern: "old.example.com", days: -2)])
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        metrics.setPinExpiry(entries: [(pattern: "api.example.com", expiresAt: now.addingTimeInterval(41.5 * 86_400)),
+                                       (pattern: "old.example.com", expiresAt: now.addingTimeInterval(-2 * 86_400))], now: now)
 
         let samples = try PrometheusParser.parse(metrics.render())
 
         XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 2)
         XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect"]), 1)
         XCTAssertEqual(samples.value("pinproxy_connections_total",
-                                     ["outcome": "would_refuse", "reason": "hostname-mismatch", "listener": "connect"]), 1)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client_gone", "reason": "none", "listener": "connect"]), 1)
+                                     ["outcome": "report-only", "reason": "hostname-mismatch", "listener": "connect"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client-gone", "reason": "none", "listener": "connect"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce"]), 2)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "*.cdn.example.com", "reason": "hostname-mismatch",
-                                      "mode": "report_only"]), 1)
+                                      "mode": "report-only"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": #"odd "quoted" \ pattern"#, "reason": "host-denied", "mode": "enforce"]), 1,
                        "label escaping did not round-trip")
@@ -85,6 +92,8 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(samples.value("pinproxy_reopen_verdict_changes_total"), 1)
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "api.example.com"]), 41.5)
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "old.example.com"]), -2)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "api.example.com"]), 1_803_585_600)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "old.example.com"]), 1_799_827_200)
 
         let types = Dictionary(samples.map { ($0.family, $0.type) }, uniquingKeysWith: { first, _ in first })
         XCTAssertEqual(types["pinproxy_connections"], "counter")
@@ -94,30 +103,40 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(types["pinproxy_reopen_verdict_changes"], "counter")
         XCTAssertEqual(types["pinproxy_open_tunnels"], "gauge")
         XCTAssertEqual(types["pinproxy_pin_expiry_days"], "gauge")
+        XCTAssertEqual(types["pinproxy_pin_expiry_timestamp_seconds"], "gauge")
+        XCTAssertEqual(types["pinproxy_build_info"], "gauge")
+        XCTAssertEqual(types["process_cpu_seconds"], "counter")
+        XCTAssertEqual(types["process_open_fds"], "gauge")
         XCTAssertEqual(types["pinproxy_upstream_handshake_seconds"], "histogram")
         XCTAssertEqual(types["pinproxy_verification_seconds"], "histogram")
         XCTAssertTrue(samples.allSatisfy { !$0.help.isEmpty }, "a family without HELP")
     }
 
     func testSetPinExpiryReplacesTheSeries() throws {
-        let metrics = ProxyMetrics()
-        metrics.setPinExpiry(entries: [(pattern: "a.test", days: 10), (pattern: "b.test", days: 20)])
-        metrics.setPinExpiry(entries: [(pattern: "b.test", days: 19)])
+        let metrics = ProxyMetrics.forTests()
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        func days(_ count: Double) -> Date { now.addingTimeInterval(count * 86_400) }
+        metrics.setPinExpiry(entries: [(pattern: "a.test", expiresAt: days(10)), (pattern: "b.test", expiresAt: days(20))], now: now)
+        metrics.setPinExpiry(entries: [(pattern: "b.test", expiresAt: days(19))], now: now)
         var samples = try PrometheusParser.parse(metrics.render())
         XCTAssertNil(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "a.test"]))
+        XCTAssertNil(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "a.test"]))
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "b.test"]), 19)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "b.test"]), days(19).timeIntervalSince1970)
 
-        metrics.setPinExpiry(entries: [])
-        samples = try PrometheusParser.parse(metrics.render())
-        XCTAssertFalse(samples.contains { $0.name == "pinproxy_pin_expiry_days" })
-        metrics.setPinExpiry(entries: [(pattern: "a.test", days: 3)])
+        metrics.setPinExpiry(entries: [], now: now)
+        let text = metrics.render()
+        samples = try PrometheusParser.parse(text)
+        XCTAssertFalse(samples.contains { $0.name.hasPrefix("pinproxy_pin_expiry") })
+        XCTAssertTrue(text.contains("# TYPE pinproxy_pin_expiry_timestamp_seconds gauge\n"), "the family went with its last series")
+        metrics.setPinExpiry(entries: [(pattern: "a.test", expiresAt: days(3))], now: now)
         samples = try PrometheusParser.parse(metrics.render())
         XCTAssertEqual(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "a.test"]), 3)
     }
 
     /// Event loops on several threads call one `ProxyMetrics`: no update may be lost.
     func testConcurrentUpdatesAreAllCounted() throws {
-        let metrics = ProxyMetrics()
+        let metrics = ProxyMetrics.forTests()
         let threads = 8, iterations = 2_000
         DispatchQueue.concurrentPerform(iterations: threads) { thread in
             for i in 0..<iterations {
@@ -127,7 +146,7 @@ final class ProxyMetricsTests: XCTestCase {
                 metrics.relayed(bytesUp: 1, bytesDown: 2)
                 metrics.tunnelClosed()
                 metrics.handshakeLatency(0.01)
-                if i % 500 == 0 { metrics.setPinExpiry(entries: [(pattern: "x.test", days: Double(i))]) }
+                if i % 500 == 0 { metrics.setPinExpiry(entries: [(pattern: "x.test", expiresAt: Date())]) }
             }
         }
         let total = Double(threads * iterations)
@@ -179,8 +198,8 @@ final class ProxyMetricsTests: XCTestCase {
         let now = Date()
         let config = try ConfigLoader.load(text: text, path: directory.path + "/pinproxy.toml",
                                            directory: directory.path, now: now)
-        let entries = ProxyMetrics.pinExpiryEntries(in: config.policies, now: now)
-        let byPattern = Dictionary(uniqueKeysWithValues: entries.map { ($0.pattern, $0.days) })
+        let entries = ProxyMetrics.pinExpiryEntries(in: config.policies)
+        let byPattern = Dictionary(uniqueKeysWithValues: entries.map { ($0.pattern, $0.expiresAt.timeIntervalSince(now) / 86_400) })
 
         // Digests only, no expires: nothing runs out. Deny and [default]: nothing pinned.
         XCTAssertEqual(Set(byPattern.keys), ["api.example.com", "internal.example.test"])
@@ -190,11 +209,15 @@ final class ProxyMetricsTests: XCTestCase {
                        certificate.notAfter.timeIntervalSince(now) / 86_400, accuracy: 1e-6)
         XCTAssertEqual(try XCTUnwrap(byPattern["internal.example.test"]), 10, accuracy: 0.01)
 
-        let metrics = ProxyMetrics()
-        metrics.setPinExpiry(entries: entries)
+        let metrics = ProxyMetrics.forTests()
+        metrics.policyInForce(config.policies, now: now)
         let samples = try PrometheusParser.parse(metrics.render())
         XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "internal.example.test"])),
                        10, accuracy: 0.01)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "internal.example.test"]),
+                       certificate.notAfter.timeIntervalSince1970)
+        XCTAssertEqual(samples.value("pinproxy_pin_expiry_timestamp_seconds", ["host_pattern": "api.example.com"]),
+                       expiresAt.timeIntervalSince1970)
     }
 
     func testTheDefaultEntryAndAHostNamedDefaultHaveTheirOwnSeries() throws {
@@ -213,13 +236,13 @@ final class ProxyMetricsTests: XCTestCase {
             """
         let now = Date()
         let config = try ConfigLoader.load(text: text, path: "/nonexistent/pinproxy.toml", directory: "/nonexistent", now: now)
-        let entries = ProxyMetrics.pinExpiryEntries(in: config.policies, now: now)
+        let entries = ProxyMetrics.pinExpiryEntries(in: config.policies)
         XCTAssertEqual(entries.map(\.pattern).sorted(), ["[default]", "default"])
         XCTAssertEqual(ProxyMetrics.patternLabel(for: config.policies.defaultEntry), "[default]")
         XCTAssertEqual(config.policies.entries.map(ProxyMetrics.patternLabel(for:)), ["default"])
 
-        let metrics = ProxyMetrics()
-        metrics.setPinExpiry(entries: entries)
+        let metrics = ProxyMetrics.forTests()
+        metrics.setPinExpiry(entries: entries, now: now)
         metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: config.policies.defaultEntry), reason: .pinMismatch)
         let samples = try PrometheusParser.parse(metrics.render())
         let days2031 = ISO8601DateFormatter().date(from: "2031-01-02T00:00:00Z")!.timeIntervalSince(now) / 86_400

@@ -92,6 +92,22 @@ STATUS = {
     "upstream-timeout": 504,
 }
 
+# The `error` of each reason's `Proxy-Status` (RFC 9209 Proxy Error Types).
+PROXY_STATUS_ERROR = {
+    **{r: "tls_certificate_error" for r in ("pin-mismatch", "untrusted-chain", "hostname-mismatch", "certificate-expired",
+                                            "certificate-not-yet-valid", "revoked", "revocation-unknown", "custom-check")},
+    **{r: "http_request_denied" for r in ("host-denied", "port-denied", "cleartext-denied")},
+    "handshake-failed": "tls_protocol_error",
+    "tls-version": "tls_protocol_error",
+    "dns-failure": "dns_error",
+    "upstream-unreachable": "destination_unavailable",
+    "upstream-timeout": "connection_timeout",
+    "destination-denied": "destination_ip_prohibited",
+    "bad-request": "http_request_error",
+    "no-sni": "http_request_error",
+    "capture-loop": "proxy_loop_detected",
+}
+
 #: Two well-formed pins that match nothing in the PKI.
 PIN_X = pkilib._b64_sha256(b"pinproxy proxy-test pin x")
 PIN_Y = pkilib._b64_sha256(b"pinproxy proxy-test pin y")
@@ -900,6 +916,26 @@ def check_refusal(ans: Answer, reason: str) -> None:
     assert ans.status_line.startswith("HTTP/1.1 "), ans.status_line
     assert ans.refusal == reason, f"Pinproxy-Refusal header: expected {reason!r}, got:\n{ans}"
     assert reason in ans.text, f"the body does not mention {reason!r}:\n{ans}"
+    check_proxy_status(ans.headers.get("proxy-status"), reason)
+
+
+def check_proxy_status(value: str | None, reason: str, error: str | None = None) -> str:
+    """VALUE is `pinproxy; error=ERROR; details="REASON: …"`, one RFC 8941 item (parsed with
+    http_sfv) of at most 200 bytes; returns the details."""
+    try:
+        import http_sfv
+    except ImportError:
+        pytest.fail("http-sfv is not installed (scripts/setup --tests): it parses Proxy-Status", pytrace=False)
+    assert value is not None, f"no Proxy-Status on a {reason} refusal"
+    assert len(value.encode("latin-1")) <= 200, value
+    item = http_sfv.Item()
+    item.parse(value.encode("latin-1"))
+    assert item.value == http_sfv.Token("pinproxy"), value
+    assert list(item.params) == ["error", "details"], value
+    assert item.params["error"] == http_sfv.Token(error or PROXY_STATUS_ERROR[reason]), value
+    details = item.params["details"]
+    assert isinstance(details, str) and details.startswith(f"{reason}: "), value
+    return details
 
 
 def check_refusal_log(line: LogLine, reason: str, host: str | None = None, port: int | str | None = None) -> None:

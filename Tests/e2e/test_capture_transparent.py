@@ -8,12 +8,13 @@ to pinproxy, which pins, refuses inside TLS, or relays.
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
 
 from capture_harness import TRANSPARENT_PORT, capture, public_dir  # noqa: F401 (fixtures)
-from proxy_harness import PIN_X, PIN_Y, free_port, pinned_entry, poll
+from proxy_harness import PIN_X, PIN_Y, check_proxy_status, free_port, pinned_entry, poll
 
 ORIGIN_BODY = "hello from the pinproxy test origin\n"
 
@@ -32,8 +33,12 @@ def served(fetched, origin) -> None:
     assert origin.paths and origin.paths[-1] == "/small", f"the origin did not serve the request: {origin.paths}"
 
 
-def refused_in_tls(fetched, reason: str, host: str) -> None:
+def refused_in_tls(fetched, reason: str, host: str, headers: bool = True) -> None:
+    """FETCHED is the in-TLS refusal page for REASON; with HEADERS (curl -v), its Proxy-Status too."""
     assert fetched.status == 403, f"{fetched}"
+    if headers:
+        [proxy_status] = re.findall(r"^< Proxy-Status: (.*?)\r?$", fetched.stderr, re.M | re.I)
+        check_proxy_status(proxy_status, reason)
     assert f"pinproxy refused {host}:443: {reason}" in fetched.body, f"{fetched}"
     assert "pinproxy's egress lock sent this connection to it" in fetched.body, f"{fetched}"
 
@@ -57,7 +62,7 @@ def test_pinned_host_is_served_and_a_wrong_pin_refused_inside_tls(capture, pki, 
     assert tunnel.get("listener") == "transparent", tunnel.raw
 
     seen = origin.connections
-    fetched = capture.curl("https://www.api.test/small", ca, f"www.api.test:443:{literal}")
+    fetched = capture.curl("https://www.api.test/small", ca, f"www.api.test:443:{literal}", "-v")
     refused_in_tls(fetched, "pin-mismatch", "www.api.test")
     assert "Expected (hosts.\"www.api.test\", public-key pins, any one of):" in fetched.body, fetched.body
     line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "www.api.test")
@@ -96,7 +101,7 @@ def test_resolve_overrides_the_original_destination(capture, pki):
     # Without [resolve], the client's own address is the upstream: the decoy, refused.
     proxy.stop()
     plain = capture.proxy(hosts=pinned_hosts(pki))
-    fetched = capture.curl("https://api.test/small", capture.ca(plain), "api.test:443:127.0.0.2")
+    fetched = capture.curl("https://api.test/small", capture.ca(plain), "api.test:443:127.0.0.2", "-v")
     refused_in_tls(fetched, "untrusted-chain", "api.test")
     assert decoy.connections == 1
 
@@ -110,7 +115,7 @@ def test_node_fetch_is_pinned_and_refused_the_same_way(capture, pki):
     fetched = capture.node_fetch("https://api.test/small", ca, hosts)
     served(fetched, origin)
     fetched = capture.node_fetch("https://www.api.test/small", ca, hosts)
-    refused_in_tls(fetched, "pin-mismatch", "www.api.test")
+    refused_in_tls(fetched, "pin-mismatch", "www.api.test", headers=False)
     lines = proxy.decisions(listener="transparent")
     assert [(l.get("host"), l.get("outcome")) for l in lines] == [("api.test", "allowed"), ("www.api.test", "refused")], lines
 
@@ -121,7 +126,7 @@ def test_no_sni_is_refused_unless_an_entry_names_the_address(capture, pki):
     proxy.lock()
     ca = capture.ca(proxy)
     # curl sends no SNI to an IP literal.
-    fetched = capture.curl("https://127.0.0.1/small", ca)
+    fetched = capture.curl("https://127.0.0.1/small", ca, None, "-v")
     refused_in_tls(fetched, "no-sni", "127.0.0.1")
     line = proxy.wait_for_log(lambda l: l.get("event") == "connection")
     assert (line.get("reason"), line.get("host"), line.get("listener")) == ("no-sni", "127.0.0.1", "transparent"), line.raw
@@ -139,10 +144,10 @@ def test_destination_checks_apply_as_for_connect(capture, pki):
                           proxy={"block_private_destinations": True})
     proxy.lock()
     ca = capture.ca(proxy)
-    refused_in_tls(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1"), "port-denied", "api.test")
+    refused_in_tls(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1", "-v"), "port-denied", "api.test")
     proxy.stop()
     proxy = capture.proxy(hosts=pinned_hosts(pki), proxy={"block_private_destinations": True})
-    refused_in_tls(capture.curl("https://api.test/small", capture.ca(proxy), "api.test:443:127.0.0.1"), "destination-denied", "api.test")
+    refused_in_tls(capture.curl("https://api.test/small", capture.ca(proxy), "api.test:443:127.0.0.1", "-v"), "destination-denied", "api.test")
 
 
 def test_own_connections_are_not_captured_with_the_exemption(capture, pki):
@@ -165,7 +170,7 @@ def test_a_broken_exemption_is_a_capture_loop_once_and_no_storm(capture, pki):
     proxy.lock()
     ca = capture.ca(proxy)
     for _ in range(3):
-        refused_in_tls(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1"), "capture-loop", "api.test")
+        refused_in_tls(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1", "-v"), "capture-loop", "api.test")
     proxy.assert_alive("after the capture loops")
     assert origin.connections == 0
     lines = proxy.decisions(reason="capture-loop")

@@ -14,6 +14,7 @@ certificate's subject, never reaches the block.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tomllib
 
@@ -217,6 +218,21 @@ def test_only_verified_chains_are_learned(pinproxy):
     # The anchor that ends each path is not pinned; the leaf is.
     hosts = tomllib.loads(text)["hosts"]
     assert hosts["a.test"]["pins"] == [PIN_A] and hosts["e.test"]["pins"] == [PIN_C], text
+
+
+def test_json_lines_with_numbers_as_text_or_as_numbers(pinproxy):
+    """JSON lines of a daemon before typed logs (`"port":"443"`, `"status":"200"`) and after
+    (`"port":443`, `"status":200`) are read alike."""
+    def json_line(host: str, port, status) -> str:
+        return json.dumps({"time": "2026-11-20T10:00:00.000Z", "level": "info", "event": "connection",
+                           "client": "127.0.0.1:5", "host": host, "port": port, "entry": "default", "outcome": "allowed",
+                           "status": status, "presented_chain": [{"subject": f"CN={host}", "spki": PIN_A}],
+                           "verified_chain": [{"subject": f"CN={host}", "spki": PIN_A}, {"subject": "CN=CA", "spki": PIN_B}],
+                           "verified_pins": [PIN_A, PIN_B]})
+    out = suggest(pinproxy, stdin=json_line("old.test", "443", "200") + "\n" + json_line("new.test", 443, 200) + "\n")
+    assert out.returncode == 0, out
+    hosts = tomllib.loads(out.stdout)["hosts"]
+    assert hosts["old.test"]["pins"] == [PIN_A] and hosts["new.test"]["pins"] == [PIN_A], out.stdout
 
 
 def test_certificate_text_cannot_escape_its_comment(pinproxy, tmp_path):

@@ -5,7 +5,7 @@ finishes (an origin that accepts TCP and never speaks, or an address that never 
 connect), must not hold descriptors or connection slots until handshake_timeout or
 connect_timeout: the daemon watches the client in every phase, abandons the upstream work
 when it leaves, and logs that once (`event=connection outcome=client-gone`), never an
-`upstream-timeout` refusal nobody reads (and counts it, `outcome="client_gone"` in
+`upstream-timeout` refusal nobody reads (and counts it, `outcome="client-gone"` in
 `pinproxy_connections_total`). A good client is served throughout, and the
 descriptor count returns to its idle value.
 """
@@ -111,7 +111,7 @@ def test_departed_clients_free_their_slots_at_once(make_proxy, origins, pki, stu
         assert "status" not in found[0] and "reason" not in found[0], found[0].raw
     assert not [l for l in p.logs() if l.get("reason") == "upstream-timeout"]
     metrics = scrape(mport)
-    assert metrics.value("pinproxy_connections_total", outcome="client_gone", reason="none") == FLOOD, metrics
+    assert metrics.value("pinproxy_connections_total", outcome="client-gone", reason="none") == FLOOD, metrics
     assert metrics.value("pinproxy_connections_total", outcome="allowed", reason="none") == 1, metrics
 
     # The descriptors come back (both sides of every departed connection), and a good client

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import origin as originlib
+from pki import load_certs
 from proxy_harness import (
     API,
     PIN_X,
@@ -636,9 +637,15 @@ def metrics_config(pki):
     return hosts
 
 
+def earliest_not_after(pki, chain: str) -> float:
+    """The earliest notAfter of the certificates in CHAIN (leaf and intermediates), in seconds since 1970."""
+    return min(c.not_valid_after_utc for c in load_certs(pki.path(chain))).timestamp()
+
+
 def test_metrics(make_service_proxy, origins, pki):
     prometheus_parser()
     mport = free_port()
+    started = time.time()
     p = service_proxy(make_service_proxy, origins, pki, hosts=metrics_config(pki),
                       proxy={"metrics_listen": f"127.0.0.1:{mport}"})
     assert p.wait_for_log(lambda l: l.get("event") == "metrics-listening").get("address") == f"127.0.0.1:{mport}"
@@ -651,6 +658,20 @@ def test_metrics(make_service_proxy, origins, pki):
     assert m0.value("pinproxy_config_reloads_total", result="failed") == 0, m0
     assert m0.value("pinproxy_connections_total", outcome="allowed", reason="none") == 0, m0
     assert m0.value("pinproxy_open_tunnels") == 0, m0
+    assert m0.value("pinproxy_config_last_reload_successful") == 1, m0
+    loaded = m0.value("pinproxy_config_last_reload_success_timestamp_seconds")
+    assert started - 1 <= loaded <= time.time(), (loaded, started)
+    [build] = m0.find("pinproxy_build_info")
+    assert build.value == 1 and build.labels["version"] and build.labels["commit"], build
+    version_line = subprocess.run([p.bin, "--version"], capture_output=True, text=True, check=True).stdout
+    assert re.match(rf"pinproxy {re.escape(build.labels['version'])} \(commit {re.escape(build.labels['commit'])}[,)]",
+                    version_line), (build.labels, version_line)
+    assert m0.value("process_start_time_seconds") == pytest.approx(started, abs=30), m0
+    assert m0.value("process_resident_memory_bytes") > 1 << 20, m0
+    assert 0 < m0.value("process_open_fds") < m0.value("process_max_fds"), m0
+    assert m0.value("process_cpu_seconds_total") > 0, m0
+    # Before any chain was verified, the family is there, without a series.
+    assert m0.families["pinproxy_upstream_certificate_expiry_timestamp_seconds"].samples == [], m0
     status, headers, _ = http_get(mport, "/metrics")
     assert headers.get("content-type", "").startswith("text/plain"), headers
 
@@ -662,6 +683,8 @@ def test_metrics(make_service_proxy, origins, pki):
     assert abs(days - want_days) < 0.1, (days, want_days)
     assert m0.value("pinproxy_pin_expiry_days", host_pattern=WWW) is None, \
         f"digest-only entry without expires has an expiry gauge\n{m0}"
+    assert m0.value("pinproxy_pin_expiry_timestamp_seconds", host_pattern=API) == not_after.timestamp(), m0
+    assert m0.value("pinproxy_pin_expiry_timestamp_seconds", host_pattern=WWW) is None, m0
 
     # one allowed tunnel, held open while scraping
     with Tunnel(p, API, origins.api.port) as t:
@@ -695,10 +718,10 @@ def test_metrics(make_service_proxy, origins, pki):
     c = "pinproxy_connections_total"
     assert m.value(c, outcome="allowed", reason="none") == 1, m
     assert m.value(c, outcome="refused", reason="pin-mismatch") == 1, m
-    assert m.value(c, outcome="would_refuse", reason="pin-mismatch") == 1, m
+    assert m.value(c, outcome="report-only", reason="pin-mismatch") == 1, m
     r = "pinproxy_refusals_total"
     assert m.value(r, host_pattern=WWW, reason="pin-mismatch", mode="enforce") == 1, m
-    assert m.value(r, host_pattern="127.0.0.1", reason="pin-mismatch", mode="report_only") == 1, m
+    assert m.value(r, host_pattern="127.0.0.1", reason="pin-mismatch", mode="report-only") == 1, m
     assert m.value(r, host_pattern=API) is None, m
     assert m.value(c, outcome="refused", reason="bad-request") == 1, m
     assert m.value(r, host_pattern="-", reason="bad-request", mode="enforce") == 1, m
@@ -713,11 +736,22 @@ def test_metrics(make_service_proxy, origins, pki):
         assert m.value(h + "_count") >= 1, m
         assert m.value(h + "_bucket", le="+Inf") == m.value(h + "_count"), m
     assert m.value("pinproxy_open_tunnels") == 0, m
+    # The chains verified: api.test, www.api.test (refused by its pins, verified all the same)
+    # and 127.0.0.1, each an exact host; the unlisted host's [default] entry never got a chain.
+    u = "pinproxy_upstream_certificate_expiry_timestamp_seconds"
+    assert m.value(u, host_pattern=API) == earliest_not_after(pki, "api-chain.pem"), m
+    assert m.value(u, host_pattern=WWW) == earliest_not_after(pki, "api-chain.pem"), m
+    assert m.value(u, host_pattern="127.0.0.1") is not None, m
+    assert len(m.find(u)) == 3, m
 
     # reloads: a good one (dropping 127.0.0.1, adding an expires entry), then a broken one
     p.hosts.pop("127.0.0.1")
     p.write_config(p.render() + f'\n[hosts."exp.test"]\npin = "public-key"\npins = ["{PIN_X}"]\nexpires = 2040-01-01\n')
     assert p.reload().get("outcome") == "ok"
+    m1 = scrape(mport)
+    assert m1.value("pinproxy_config_last_reload_success_timestamp_seconds") > loaded, m1
+    assert m1.value(u, host_pattern="127.0.0.1") is None, f"the removed entry kept its series\n{m1}"
+    assert m1.value(u, host_pattern=API) is not None, m1
     p.write_config(broken_config(p))
     assert p.reload().get("outcome") == "failed"
     m2 = poll(lambda: (lambda s: s if s.value("pinproxy_config_reloads_total", result="failed") == 1 else None)(scrape(mport)),
@@ -727,6 +761,11 @@ def test_metrics(make_service_proxy, origins, pki):
     got = m2.value("pinproxy_pin_expiry_days", host_pattern="exp.test")
     assert got is not None and abs(got - exp_days) < 1.01, (got, exp_days, str(m2))
     assert m2.value("pinproxy_pin_expiry_days", host_pattern=API) is not None, m2
+    assert m2.value("pinproxy_pin_expiry_timestamp_seconds", host_pattern="exp.test") == \
+        dt.datetime(2040, 1, 2, tzinfo=dt.timezone.utc).timestamp(), m2
+    assert m2.value("pinproxy_config_last_reload_successful") == 0, m2
+    assert m2.value("pinproxy_config_last_reload_success_timestamp_seconds") == \
+        m1.value("pinproxy_config_last_reload_success_timestamp_seconds"), m2
     assert p.stop() == 0
 
 
