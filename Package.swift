@@ -13,7 +13,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
     ],
     targets: [
-        // OpenSSL 3 and libevent, found with pkg-config.
+        // OpenSSL 3, libevent and libnghttp2, found with pkg-config.
         .systemLibrary(
             name: "COpenSSL",
             pkgConfig: "openssl",
@@ -24,15 +24,21 @@ let package = Package(
             pkgConfig: "libevent_openssl",
             providers: [.apt(["libevent-dev"])]
         ),
+        // HTTP/2 framing and HPACK, for the in-TLS refusal to clients that chose h2.
+        .systemLibrary(
+            name: "CNghttp2",
+            pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]
+        ),
         // Functions for the C macros Swift cannot call.
         .target(
             name: "CPinproxyShims",
             dependencies: ["COpenSSL", "CLibevent"]
         ),
-        // Every unsafe pointer lives here: Swift types that own OpenSSL and libevent objects.
+        // Every unsafe pointer lives here: Swift types that own OpenSSL, libevent and nghttp2 objects.
         .target(
             name: "PinproxyInterop",
-            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims"]
+            dependencies: ["COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims"]
         ),
         // The pure trust decision and the config loader: no sockets.
         .target(

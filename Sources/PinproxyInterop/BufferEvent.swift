@@ -136,14 +136,14 @@ public final class BufferEvent {
     /// early are kept). Use only the returned object afterwards: it drives this one, and closes
     /// it once everything it encrypted has been sent.
     /// A client whose SNI names another host than `serverName` fails the handshake; a client
-    /// that offers `applicationProtocol` gets it (otherwise no ALPN). The socket underneath
+    /// gets the first of `applicationProtocols` that it offers (none of them: no ALPN). The socket underneath
     /// holds at most `bufferLimit` encrypted bytes: past that, data waits in the returned
     /// object's output, where `outputLength` (and so backpressure) sees it.
     public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey,
-                          serverName: String?, applicationProtocol: ALPNProtocol?, bufferLimit: Int) throws -> BufferEvent {
+                          serverName: String?, applicationProtocols: [ALPNProtocol], bufferLimit: Int) throws -> BufferEvent {
         guard let plain = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
         let ssl = try context.makeSSL(certificate: certificate, key: key, serverName: serverName,
-                                      applicationProtocol: applicationProtocol)
+                                      applicationProtocols: applicationProtocols)
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
         // the bytes still in its output) to this object's `linger`.
         guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
@@ -373,6 +373,17 @@ public final class BufferEvent {
     public func write(_ bytes: [UInt8]) {
         guard let handle else { return }
         bufferevent_write(handle, bytes, bytes.count)
+    }
+
+    /// Removes up to `maxLength` bytes from the input and returns them.
+    public func read(maxLength: Int) -> [UInt8] {
+        guard let handle, maxLength > 0 else { return [] }
+        let input = bufferevent_get_input(handle)
+        let count = min(maxLength, evbuffer_get_length(input))
+        guard count > 0 else { return [] }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let removed = evbuffer_remove(input, &bytes, count)
+        return removed > 0 ? Array(bytes.prefix(Int(removed))) : []
     }
 
     /// Moves everything in this input to `other`'s output; returns the byte count.

@@ -109,16 +109,18 @@ private let probeContext = ProbeContext()
 // MARK: - The intercepting handshake's answers to a ClientHello
 
 /// What one intercepted client must send and will get: the SNI it may send (nil: any) and the
-/// ALPN protocol selected for it (the one the upstream negotiated; nil: none). Held by the
-/// client-side SSL in its own ex_data slot, and released when OpenSSL frees that SSL.
+/// ALPN protocols it may be given, in pinproxy's order of preference (the one the upstream
+/// negotiated; h2 then http/1.1 for an in-TLS refusal; none: no ALPN): it gets the first that
+/// it offers. Held by the client-side SSL in its own ex_data slot, and released when OpenSSL
+/// frees that SSL.
 final class ClientHelloTerms {
     /// The expected SNI: lowercase ASCII, no trailing dot.
     let serverName: [UInt8]?
-    let applicationProtocol: ALPNProtocol?
+    let applicationProtocols: [ALPNProtocol]
 
-    init(serverName: String?, applicationProtocol: ALPNProtocol?) {
+    init(serverName: String?, applicationProtocols: [ALPNProtocol]) {
         self.serverName = serverName.map { Array($0.lowercased().utf8) }
-        self.applicationProtocol = applicationProtocol
+        self.applicationProtocols = applicationProtocols
     }
 
     /// Attaches these terms to `ssl` (which then owns a reference).
@@ -145,8 +147,10 @@ final class ClientHelloTerms {
             return SSL_TLSEXT_ERR_ALERT_FATAL
         }
         SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
-            guard let terms = ClientHelloTerms.of(ssl), let wanted = terms.applicationProtocol, let offered,
-                  let range = ClientHelloTerms.find(wanted, in: UnsafeBufferPointer(start: offered, count: Int(offeredLength))) else {
+            guard let terms = ClientHelloTerms.of(ssl), let offered,
+                  let range = terms.applicationProtocols.lazy.compactMap({
+                      ClientHelloTerms.find($0, in: UnsafeBufferPointer(start: offered, count: Int(offeredLength)))
+                  }).first else {
                 return SSL_TLSEXT_ERR_NOACK
             }
             out?.pointee = offered + range.lowerBound

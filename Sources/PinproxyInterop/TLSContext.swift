@@ -103,11 +103,11 @@ public final class TLSServerContext: @unchecked Sendable {
     }
 
     /// A new SSL presenting `certificate` (with `key`) to one client, which must send no SNI
-    /// or `serverName`, and gets `applicationProtocol` if it offers it.
+    /// or `serverName`, and gets the first of `applicationProtocols` that it offers.
     func makeSSL(certificate: Certificate, key: PrivateKey, serverName: String?,
-                 applicationProtocol: ALPNProtocol?) throws -> OpaquePointer {
+                 applicationProtocols: [ALPNProtocol]) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
-        let terms = ClientHelloTerms(serverName: serverName, applicationProtocol: applicationProtocol)
+        let terms = ClientHelloTerms(serverName: serverName, applicationProtocols: applicationProtocols)
         guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1,
               terms.attach(to: ssl) else {
             SSL_free(ssl)

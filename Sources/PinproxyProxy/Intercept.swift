@@ -47,7 +47,7 @@ extension ClientConnection {
         do {
             let leaf = try worker.shared.localCA.leaf(for: host)
             tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
-                                           key: leaf.key, serverName: host.serverName, applicationProtocol: tunnel.applicationProtocol,
+                                           key: leaf.key, serverName: host.serverName, applicationProtocols: tunnel.applicationProtocol.map { [$0] } ?? [],
                                            bufferLimit: config.proxy.relayBufferBytes)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")

@@ -1,3 +1,4 @@
+import PinproxyInterop
 import PinproxyPolicy
 
 /// The status line of a refusal, built so that clients which print only the CONNECT answer's
@@ -69,6 +70,51 @@ extension RefusalResponse {
         head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
         head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
         return Array(head.utf8) + (includeBody ? body : [])
+    }
+
+    /// The HTTP/2 response fields of the page (`inTLSBody`, `contentLength` bytes): the
+    /// refusal's status, `pinproxy-refusal` and the HTTP/1.1 answer's other fields (HTTP/2 has
+    /// no reason phrase and no `Connection`).
+    static func http2Fields(_ page: Page, contentLength: Int) -> [HTTP2ServerSession.Field] {
+        [.init(":status", String(page.status)), .init("pinproxy-refusal", page.reason.rawValue),
+         .init("content-type", "text/plain; charset=utf-8"), .init("x-content-type-options", "nosniff"),
+         .init("cache-control", "no-store"), .init("content-length", String(contentLength))]
+    }
+
+    /// A gRPC Trailers-Only response (one header block that ends the stream): `:status 200`,
+    /// `content-type: application/grpc`, the `grpc-status` of `grpcStatus`, and the page's first
+    /// two lines, percent-encoded, as `grpc-message`, which gRPC clients print.
+    static func grpcFields(_ page: Page) -> [HTTP2ServerSession.Field] {
+        [.init(":status", "200"), .init("content-type", "application/grpc"), .init("grpc-status", String(grpcStatus(page.status))),
+         .init("grpc-message", percentEncoded(grpcMessage(page))), .init("pinproxy-refusal", page.reason.rawValue)]
+    }
+
+    /// gRPC's code for a refusal of HTTP status `status`: 14 (UNAVAILABLE) for the upstream
+    /// failures (502, 504), 7 (PERMISSION_DENIED) for the policy and certificate refusals.
+    static func grpcStatus(_ status: Int) -> Int {
+        status >= 500 ? 14 : 7
+    }
+
+    /// `pinproxy refused HOST:PORT: REASON (DETAIL)`, the detail cut to `maximumGRPCDetail` characters.
+    static func grpcMessage(_ page: Page) -> String {
+        "pinproxy refused \(sanitizedHost(page.host)):\(page.port): \(page.reason.rawValue) (\(printable(page.detail, limit: maximumGRPCDetail)))"
+    }
+
+    static let maximumGRPCDetail = 1_000
+
+    /// TEXT as gRPC's Percent-Encoded: every UTF-8 byte outside printable ASCII (0x20 to 0x7E),
+    /// and `%` itself, as `%XX`.
+    static func percentEncoded(_ text: String) -> String {
+        var result = ""
+        for byte in text.utf8 {
+            if byte >= 0x20 && byte <= 0x7E && byte != UInt8(ascii: "%") {
+                result.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                let hex = String(byte, radix: 16, uppercase: true)
+                result += "%" + (hex.count == 1 ? "0" + hex : hex)
+            }
+        }
+        return result
     }
 
     static func inTLSBody(_ page: Page) -> String {
