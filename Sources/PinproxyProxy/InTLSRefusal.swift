@@ -205,7 +205,7 @@ extension ClientConnection {
             pins: policy?.pins.map(\.description) ?? [])
         enter(.refusingInTLS(subject, reason))
         do {
-            let leaf = try worker.shared.localCA.leaf(for: subject.host)
+            let leaf = try worker.shared.leaf(for: subject.host)
             clientSide = try InTLSRefusal.start(
                 client: clientSide, loop: worker.loop, context: worker.shared.interceptTLS, leaf: leaf,
                 serverName: subject.host.serverName, bufferLimit: config.proxy.relayBufferBytes,

@@ -45,7 +45,7 @@ extension ClientConnection {
         let host = tunnel.destination.host
         let tls: BufferEvent
         do {
-            let leaf = try worker.shared.localCA.leaf(for: host)
+            let leaf = try worker.shared.leaf(for: host)
             tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
                                            key: leaf.key, serverName: host.serverName, applicationProtocols: tunnel.applicationProtocol.map { [$0] } ?? [],
                                            bufferLimit: config.proxy.relayBufferBytes)

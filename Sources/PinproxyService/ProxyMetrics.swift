@@ -19,6 +19,7 @@ import Prometheus
 /// | `pinproxy_verification_seconds` | histogram | |
 /// | `pinproxy_config_reloads_total` | counter | `result` (ok, failed) |
 /// | `pinproxy_pin_expiry_days` | gauge | `host_pattern`: days until the entry's earliest pinned certificate or `expires` runs out (negative once past) |
+/// | `pinproxy_minted_leaves_total` | counter | |
 ///
 /// Labels are bounded: `host_pattern` is always a configured pattern (`[default]` for the
 /// `[default]` entry, which no pattern can spell, `-` before any entry applies), never a
@@ -56,6 +57,7 @@ public final class ProxyMetrics: Sendable {
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
     private let reopenVerdictChanges: Counter
+    private let mintedLeaves: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
@@ -80,6 +82,7 @@ public final class ProxyMetrics: Sendable {
         static let verification = "pinproxy_verification_seconds"
         static let reloads = "pinproxy_config_reloads_total"
         static let pinExpiry = "pinproxy_pin_expiry_days"
+        static let mintedLeaves = "pinproxy_minted_leaves_total"
     }
 
     private enum Help {
@@ -92,6 +95,7 @@ public final class ProxyMetrics: Sendable {
         static let verification = "Certificate chain, host and pin verification duration in seconds."
         static let reloads = "Configuration reloads by result."
         static let pinExpiry = "Days until the entry's earliest pinned certificate or expires date runs out."
+        static let mintedLeaves = "Leaf certificates the local CA minted for clients (each with a new key)."
     }
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
@@ -100,7 +104,8 @@ public final class ProxyMetrics: Sendable {
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
     /// Creates the series on a new registry (or `registry`); counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) are created at once.
+    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes, minted leaves)
+    /// are created at once.
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
         openTunnels = registry.makeGauge(descriptor: .named(Name.openTunnels, help: Help.openTunnels))
@@ -115,6 +120,7 @@ public final class ProxyMetrics: Sendable {
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
                                                   labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
         reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
+        mintedLeaves = registry.makeCounter(descriptor: .named(Name.mintedLeaves, help: Help.mintedLeaves))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -147,6 +153,11 @@ public final class ProxyMetrics: Sendable {
     /// upstream, which the client's 200 described.
     public func reopenVerdictChanged() {
         reopenVerdictChanges.increment()
+    }
+
+    /// The local CA minted a leaf (its cache had none for the host, or an expiring one).
+    public func leafMinted() {
+        mintedLeaves.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or
