@@ -6,7 +6,12 @@ import CPinproxyShims
 public struct ClientHello: Sendable {
     /// The client's ALPN offer; nil when it sent no ALPN extension.
     public let alpn: ALPNOffer?
+    /// Whether it carries `encrypted_client_hello` (0xfe0d): the name it really wants is hidden.
+    public let offersEncryptedClientHello: Bool
 }
+
+/// The extension type of Encrypted Client Hello (draft-ietf-tls-esni).
+let encryptedClientHelloExtension: UInt32 = 0xfe0d
 
 /// Reads a client's ClientHello from the bytes buffered on its connection, without consuming
 /// them: OpenSSL parses them on a throwaway SSL (memory BIOs) whose ClientHello callback
@@ -73,8 +78,9 @@ public final class ClientHelloReader {
     fileprivate func received(_ ssl: OpaquePointer) {
         var body: UnsafePointer<UInt8>?
         var length = 0
+        let encrypted = SSL_client_hello_get0_ext(ssl, encryptedClientHelloExtension, &body, &length) == 1
         guard SSL_client_hello_get0_ext(ssl, UInt32(TLSEXT_TYPE_application_layer_protocol_negotiation), &body, &length) == 1 else {
-            hello = ClientHello(alpn: nil)
+            hello = ClientHello(alpn: nil, offersEncryptedClientHello: encrypted)
             return
         }
         // The extension's body: a two-byte length, then the list.
@@ -84,7 +90,7 @@ public final class ClientHelloReader {
             malformed = true
             return
         }
-        hello = ClientHello(alpn: offer)
+        hello = ClientHello(alpn: offer, offersEncryptedClientHello: encrypted)
     }
 }
 
@@ -96,6 +102,9 @@ private final class ProbeContext: @unchecked Sendable {
     init?() {
         guard let handle = SSL_CTX_new(TLS_server_method()) else { return nil }
         self.handle = handle
+        // OpenSSL 3.0 keeps only the extensions it knows for SSL_client_hello_get0_ext: ECH is
+        // made one it knows (a custom extension that adds nothing and accepts anything).
+        _ = SSL_CTX_add_custom_ext(handle, encryptedClientHelloExtension, UInt32(SSL_EXT_CLIENT_HELLO), nil, nil, nil, nil, nil)
         SSL_CTX_set_client_hello_cb(handle, { ssl, _, _ in
             guard let ssl, let reader = pp_SSL_get_app_data(ssl) else { return SSL_CLIENT_HELLO_ERROR }
             Unmanaged<ClientHelloReader>.fromOpaque(reader).takeUnretainedValue().received(ssl)

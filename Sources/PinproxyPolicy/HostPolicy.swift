@@ -71,6 +71,14 @@ public struct HostPolicy: Sendable {
         }
     }
 
+    /// How a connection under the policy is carried.
+    public enum Mode: String, Sendable, CaseIterable {
+        /// Verified upstream, then relayed through pinproxy's own TLS with the client.
+        case intercept
+        /// The client's TLS relayed as it is: nothing is verified (a host entry only).
+        case tunnel
+    }
+
     /// The lowest TLS version accepted upstream.
     public enum TLSVersion: String, Sendable, CaseIterable {
         case v1_2 = "1.2"
@@ -102,6 +110,10 @@ public struct HostPolicy: Sendable {
         /// `verify_command`: the operator's own check, run after the built-in ones passed, with
         /// the verified chain on stdin (`arguments[0]` is the executable's absolute path).
         public var verifyCommand: [String]?
+        public var mode: Mode = .intercept
+        /// `client_certificate` and `client_key`: presented to an upstream that asks for a
+        /// client certificate.
+        public var clientIdentity: TLSClientIdentity?
 
         /// Every default, with the given trust and ports.
         public init(trust: Trust, ports: Set<UInt16>) {
@@ -152,7 +164,8 @@ extension HostPolicy.Settings {
                                pins.map(\.description).sorted().joined(separator: ","), "\(enforce)",
                                expires ?? "-", ports.sorted().map(String.init).joined(separator: ","),
                                minTLS.rawValue, revocation.name, "\(requireWebPKIProfile)",
-                               verifyCommand.map { $0.joined(separator: "\u{0}") } ?? "-"]
+                               verifyCommand.map { $0.joined(separator: "\u{0}") } ?? "-", mode.rawValue,
+                               clientIdentity.map { Pin(digest: $0.certificate.certificateSHA256).description } ?? "-"]
         switch trust {
         case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
         case .anchors(_, let certificates), .systemAndListed(_, let certificates):

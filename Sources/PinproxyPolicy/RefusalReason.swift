@@ -18,6 +18,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case tlsVersion = "tls-version"
     // Decided by the proxy before or around the upstream connection.
     case destinationDenied = "destination-denied"
+    /// A `mode = "tunnel"` connection whose destination cannot be bound to its name.
+    case destinationMismatch = "destination-mismatch"
     case cleartextDenied = "cleartext-denied"
     case badRequest = "bad-request"
     case dnsFailure = "dns-failure"

@@ -8,8 +8,9 @@ typealias LoopTimer = PinproxyInterop.Timer
 /// One client connection through its whole life: parse CONNECT → look up policy → resolve →
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
-/// offer: connect → upstream TLS → evaluate again) → relay. Each step lives in the file named
-/// after it; all of them run on the connection's worker loop.
+/// offer: connect → upstream TLS → evaluate again) → relay; for a `mode = "tunnel"` entry,
+/// connect → 200 → its ClientHello → bytes as they are (`PassThrough`). Each step lives in the
+/// file named after it; all of them run on the connection's worker loop.
 ///
 /// The connection is a state machine. Each `State` holds what its step works with (the
 /// destination once known, the pending lookup or connect, the upstream, the verdict) and the
@@ -45,6 +46,12 @@ final class ClientConnection {
         /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
         /// `clientSide` (with its own timeout) and ends the connection once.
         case refusingInTLS(Subject, RefusalReason)
+        /// `mode = "tunnel"`: the upstream is connected and the 200 sent; reading the client's
+        /// ClientHello (kept buffered) within `handshake_timeout`, before a byte goes upstream.
+        case readingTunnelHello(PassThrough, ClientHelloReader, timer: LoopTimer)
+        /// `mode = "tunnel"`: the client's bytes relayed as they are (`ByteRelay`); the timer
+        /// checks `idle_timeout`.
+        case passingThrough(PassThrough, ByteRelay, idleCheck: LoopTimer)
         case closed
 
         /// For log lines about events in the wrong state.
@@ -63,6 +70,8 @@ final class ClientConnection {
             case .relaying: "relaying"
             case .refusing: "refusing"
             case .refusingInTLS: "refusing-in-tls"
+            case .readingTunnelHello: "reading-tunnel-hello"
+            case .passingThrough: "passing-through"
             case .closed: "closed"
             }
         }
@@ -74,7 +83,7 @@ final class ClientConnection {
             case .resolving(_, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
             case .readingRequest, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying,
-                 .refusing, .refusingInTLS, .closed: break
+                 .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
             }
         }
     }
@@ -216,6 +225,8 @@ final class ClientConnection {
             }
         case .readingClientHello:
             continueClientHello()
+        case .readingTunnelHello:
+            continueTunnelHello()
         case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
             // The ClientHello waits in the buffer for the real handshake; more than a
             // ClientHello and some early bytes is not a client waiting for its ServerHello.
@@ -224,7 +235,7 @@ final class ClientConnection {
             }
         case .refusing:
             clientSide.discardInput()
-        case .clientHandshake, .relaying, .refusingInTLS, .closed:
+        case .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a read on the plain client socket")
         }
     }
@@ -234,10 +245,10 @@ final class ClientConnection {
         case .refusing:
             if clientSide.outputLength == 0 { close() }
         case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
-             .checkingCommand(_, _, _, _, .reopen):
+             .checkingCommand(_, _, _, _, .reopen), .readingTunnelHello:
             break  // the 200 has gone out
         case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first), .clientHandshake, .relaying, .refusingInTLS, .closed:
+             .checkingCommand(_, _, _, _, .first), .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a write completion on the plain client socket")
         }
     }
@@ -247,13 +258,14 @@ final class ClientConnection {
         case .readingRequest, .refusing:
             // Gone before its request was complete, or after its refusal: nothing to abandon.
             close()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
+             .readingTunnelHello:
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
         case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
             clientHandshakeFailed("the client closed the connection while the upstream was reopened for its ALPN offer: the reopened upstream is abandoned")
-        case .clientHandshake, .relaying, .refusingInTLS, .closed:
+        case .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("an event (\(events.rawValue)) on the plain client socket")
         }
     }
@@ -278,8 +290,10 @@ final class ClientConnection {
             abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
         case .checkingCommand(let destination, let upstream, _, _, .first):
             abandoned = "while the verify_command for \(destination) (\(upstream.address)) ran: the upstream is closed"
+        case .readingTunnelHello(let passage, _, _):
+            abandoned = "before its ClientHello for the tunnel to \(passage.destination) (\(passage.address)) came: nothing was relayed"
         case .readingRequest, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying, .refusing,
-             .refusingInTLS, .closed:
+             .refusingInTLS, .passingThrough, .closed:
             return unexpected("the client leaving")
         }
         logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
@@ -305,6 +319,7 @@ final class ClientConnection {
     /// closing line says `reason`.
     func cut(_ reason: String) {
         if case .relaying(let tunnel, _, _) = state { tunnel.closeReason = reason }
+        if case .passingThrough(let passage, _, _) = state { passage.closeReason = reason }
         // Nothing lingers: the loop stops right after.
         clientSide.abort()
         close()
@@ -332,6 +347,17 @@ final class ClientConnection {
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
+        case .readingTunnelHello(let passage, _, _):
+            passage.upstream.close()
+        case .passingThrough(let passage, let relay, _):
+            relay.close()
+            let destination = passage.destination
+            worker.shared.tunnelClosed()
+            worker.shared.log.emit(.info, "tunnel-closed", [
+                (.client, client?.description ?? "-"), (.host, destination.host.description), (.port, String(destination.port)),
+                (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
+                (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
+            ])
         case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
             break
         }
@@ -352,6 +378,8 @@ final class ClientConnection {
             return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)
         case .refusingInTLS(let subject, _):
             return subject
+        case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
+            return (passage.destination.host, passage.destination.port, passage.destination.entry)
         case .refusing, .closed:
             return nil
         }

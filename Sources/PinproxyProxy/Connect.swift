@@ -31,6 +31,7 @@ extension ClientConnection {
         let address = attempt.addresses[index]
         switch result {
         case .success(let socket):
+            if destination.entry.policy.mode == .tunnel { return openPassThrough(socket: socket, address: address, for: destination) }
             return startUpstreamTLS(socket: socket, address: address, for: destination, opening: opening)
         case .failure(.timedOut):
             attempt.failures.append("\(address): timed out")

@@ -21,7 +21,11 @@ extension ClientConnection {
         let verdict = tunnel.verdict
         let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
         let resumed = tunnel.upstream.connection.sessionReused
-        var detail = ([note].compactMap { $0 } + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
+        // A TLS 1.3 server that requires a certificate says so only after the handshake, by closing.
+        let unanswered = tunnel.upstream.connection.clientCertificateRequested && tunnel.destination.entry.policy.clientIdentity == nil
+            ? ["the upstream asked for a client certificate and \(tunnel.destination.entry.name) has none to give (client_certificate): it may close the connection"]
+            : []
+        var detail = ([note].compactMap { $0 } + verdict.notes + unanswered + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
@@ -80,7 +84,7 @@ extension ClientConnection {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
         case .readingRequest, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying, .refusing,
-             .refusingInTLS, .closed:
+             .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("the client handshake timer")
         }
     }

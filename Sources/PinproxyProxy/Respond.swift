@@ -43,7 +43,7 @@ extension ClientConnection {
         case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
              .checkingCommand(_, _, _, _, .reopen(_, let first)):
             return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn, after: first)
-        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
@@ -55,7 +55,8 @@ extension ClientConnection {
         case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
         default: break
         }
-        if config.proxy.refusal == .inTLS, reason != .badRequest, let subject {
+        // A tunnel entry's client checks its own server: a page behind pinproxy's leaf is no use to it.
+        if config.proxy.refusal == .inTLS, reason != .badRequest, let subject, subject.entry?.policy.mode != .tunnel {
             return refuseInTLS(subject, reason: reason, detail: detail, verdict: verdict)
         }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }

@@ -10,7 +10,7 @@ import Prometheus
 ///
 /// | name | type | labels |
 /// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`) |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone, tunnel), `reason` (a refusal token, or `none`) |
 /// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
 /// | `pinproxy_reopen_verdict_changes_total` | counter | |
 /// | `pinproxy_open_tunnels` | gauge | |
@@ -39,6 +39,8 @@ public final class ProxyMetrics: Sendable {
         /// The client left before its tunnel opened (while pinproxy resolved, connected or
         /// handshook upstream): no decision was sent.
         case clientGone = "client_gone"
+        /// `mode = "tunnel"`: relayed unverified.
+        case tunnel
     }
 
     /// The `Content-Type` of `render()`: the Prometheus text format.
@@ -56,6 +58,7 @@ public final class ProxyMetrics: Sendable {
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
+    private let tunnelConnections: Counter
     private let reopenVerdictChanges: Counter
     private let mintedLeaves: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
@@ -104,8 +107,8 @@ public final class ProxyMetrics: Sendable {
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
     /// Creates the series on a new registry (or `registry`); counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes, minted leaves)
-    /// are created at once.
+    /// first scrape (reloads, bytes, allowed and tunnel connections, reopen verdict changes, minted
+    /// leaves) are created at once.
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
         openTunnels = registry.makeGauge(descriptor: .named(Name.openTunnels, help: Help.openTunnels))
@@ -119,6 +122,8 @@ public final class ProxyMetrics: Sendable {
                                                           buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
                                                   labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
+        tunnelConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
+                                                 labels: [("outcome", ConnectionOutcome.tunnel.rawValue), ("reason", "none")])
         reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
         mintedLeaves = registry.makeCounter(descriptor: .named(Name.mintedLeaves, help: Help.mintedLeaves))
         _ = reloadCounter(ok: true)
@@ -130,6 +135,7 @@ public final class ProxyMetrics: Sendable {
     /// Counts one client connection's outcome; `reason` is nil for a plain allow.
     public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
         if outcome == .allowed, reason == nil { return allowedConnections.increment() }
+        if outcome == .tunnel, reason == nil { return tunnelConnections.increment() }
         connectionCounter(outcome, reason: reason).increment()
     }
 

@@ -29,7 +29,7 @@ struct CheckCommand: ParsableCommand {
         print("default: \(Self.describe(config.policies.defaultEntry.policy))")
         print("anchors:")
         for line in Self.anchorUse([config.policies.defaultEntry] + entries) { print("  \(line)") }
-        print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned.count) pinned with \(pinned.reduce(0) { $0 + $1.policy.pins.count }) pins, \(count(.deny)) denied, \(count(.allowInsecure)) allow-insecure, \(entries.filter { !$0.policy.enforce }.count) report-only")
+        print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned.count) pinned with \(pinned.reduce(0) { $0 + $1.policy.pins.count }) pins, \(count(.deny)) denied, \(count(.allowInsecure)) allow-insecure, \(entries.filter { !$0.policy.enforce }.count) report-only, \(entries.filter { $0.policy.mode == .tunnel }.count) tunnel")
         for entry in entries.prefix(Self.listedEntries) {
             let pattern = entry.pattern?.description ?? "default"
             print("  \(pattern.padding(toLength: max(pattern.count, 32), withPad: " ", startingAt: 0)) \(Self.describe(entry.policy))")
@@ -64,7 +64,7 @@ struct CheckCommand: ParsableCommand {
     static func anchorUse(_ entries: [PolicyEntry]) -> [String] {
         var order: [String] = []
         var users: [String: (includesDefault: Bool, count: Int)] = [:]
-        for entry in entries where entry.policy.action == .verify {
+        for entry in entries where entry.policy.action == .verify && entry.policy.mode == .intercept {
             let key = anchors(entry.policy.trust)
             if users[key] == nil { order.append(key) }
             var use = users[key] ?? (false, 0)
@@ -96,6 +96,7 @@ struct CheckCommand: ParsableCommand {
     }
 
     static func describe(_ policy: HostPolicy) -> String {
+        if policy.mode == .tunnel { return "tunnel (relayed unverified)" + (policy.includeSubdomains ? ", with subdomains" : "") }
         var parts = [policy.action.rawValue]
         if policy.action == .verify {
             parts.append("trust \(anchors(policy.trust))")
@@ -104,6 +105,7 @@ struct CheckCommand: ParsableCommand {
             if policy.revocation.name != "off" { parts.append("revocation \(policy.revocation.name)") }
             if let expires = policy.expires { parts.append("pins expire after \(expires)") }
             if policy.minTLS != .v1_2 { parts.append("min_tls \(policy.minTLS.rawValue)") }
+            if policy.clientIdentity != nil { parts.append("client certificate") }
         }
         if policy.includeSubdomains { parts.append("with subdomains") }
         if !policy.enforce { parts.append("report-only") }
