@@ -55,7 +55,8 @@ block_private_destinations = true
 #                                    # until it is reopened (SIGHUP): pinproxy never renames it
 
 # verify_command (a policy key, below) runs off the event loops: at most this many at once,
-# each killed after its timeout (the connection is then refused), answers reused this long.
+# each killed with its process group after its timeout (the connection is then refused), exit
+# statuses reused this long (a reload forgets them).
 # verify_command_timeout = 5
 # verify_command_concurrency = 4
 # verify_command_cache = 300
@@ -74,11 +75,24 @@ block_private_destinations = true
 # max_connections = 10000    # open client connections at most (default: what the open-file limit allows)
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
 
+# The egress lock's listener (docs/deployment.md): clients that `pinproxy egress apply`
+# redirects arrive here without CONNECT; the host comes from their SNI. One 127.0.0.1 and
+# one [::1] address. Bound by pinproxy itself, even under socket activation; restart-only.
+# transparent_listen = ["127.0.0.1:3129", "[::1]:3129"]
+
 # [resolve]
 # Names answered here instead of by DNS: one address or a list. These answers are checked
 # like DNS answers: a private address here needs block_private_destinations = false.
 # "api.internal.test" = "127.0.0.1"
 # "dual.internal.test" = ["127.0.0.1", "::1"]
+
+# [capture]
+# The egress lock (`pinproxy egress print|apply|remove|status`): an nftables table that sends
+# this host's outgoing HTTPS to transparent_listen. These are the defaults.
+# ports = [443]                # outgoing TCP to these is redirected
+# local = false                # true: this host's own addresses are captured too
+# block_quic = true            # outgoing UDP to these ports is rejected (HTTP/3 falls back to TCP)
+# exempt_users = ["pinproxy"]  # their processes go out uncaptured: the user pinproxy runs as
 
 [default]
 # The policy for hosts that no [hosts."..."] entry matches. Host entries do not

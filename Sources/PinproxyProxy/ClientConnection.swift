@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 typealias LoopTimer = PinproxyInterop.Timer
 
@@ -10,7 +11,10 @@ typealias LoopTimer = PinproxyInterop.Timer
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
 /// offer: connect → upstream TLS → evaluate again) → relay; for a `mode = "tunnel"` entry,
 /// connect → 200 → its ClientHello → bytes as they are (`PassThrough`). Each step lives in the
-/// file named after it; all of them run on the connection's worker loop.
+/// file named after it; all of them run on the connection's worker loop. A connection on the
+/// transparent listener starts otherwise: read its ClientHello (`TransparentHello.swift`) → the
+/// host from its SNI and the address from its original destination (`OriginalDestination.swift`)
+/// → connect, offering the client's own ALPN list → … → intercept without a 200 → relay.
 ///
 /// The connection is a state machine. Each `State` holds what its step works with (the
 /// destination once known, the pending lookup or connect, the upstream, the verdict) and the
@@ -22,10 +26,17 @@ final class ClientConnection {
     enum State {
         /// Reading the CONNECT request, within `request_timeout`.
         case readingRequest(RequestHead, timer: LoopTimer)
+        /// Transparent listener: reading the client's ClientHello (kept buffered), within
+        /// `request_timeout`; the addresses say where the client was going.
+        case readingTransparentHello(ConnectionAddresses, ClientHelloReader, timer: LoopTimer)
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, DNSRequest, timer: LoopTimer)
+        /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
+        /// learn whether the client's original destination is an address of the name it sent
+        /// (`TunnelDestination.swift`); its ClientHello waits in the buffer.
+        case bindingTunnel(Destination, original: SocketAddress, ClientHello, DNSRequest, timer: LoopTimer)
         /// Connecting to the checked addresses in turn, all within `connect_timeout`: for the
-        /// first upstream, or again for the client's ALPN offer (`opening`).
+        /// first upstream, again for the client's ALPN offer, or for a transparent client (`opening`).
         case connecting(Destination, ConnectAttempt, Opening)
         /// The upstream TLS handshake, within `handshake_timeout`.
         case upstreamHandshake(Destination, Upstream, timer: LoopTimer, Opening)
@@ -58,13 +69,18 @@ final class ClientConnection {
         var name: String {
             switch self {
             case .readingRequest: "reading-request"
+            case .readingTransparentHello: "reading-transparent-hello"
             case .resolving: "resolving"
+            case .bindingTunnel: "binding-tunnel"
             case .connecting(_, _, .first): "connecting"
             case .connecting(_, _, .reopen): "reopen-connecting"
+            case .connecting(_, _, .transparent): "transparent-connecting"
             case .upstreamHandshake(_, _, _, .first): "upstream-handshake"
             case .upstreamHandshake(_, _, _, .reopen): "reopen-upstream-handshake"
+            case .upstreamHandshake(_, _, _, .transparent): "transparent-upstream-handshake"
             case .checkingCommand(_, _, _, _, .first): "checking-command"
             case .checkingCommand(_, _, _, _, .reopen): "reopen-checking-command"
+            case .checkingCommand(_, _, _, _, .transparent): "transparent-checking-command"
             case .readingClientHello: "reading-client-hello"
             case .clientHandshake: "client-handshake"
             case .relaying: "relaying"
@@ -80,10 +96,10 @@ final class ClientConnection {
         /// connect). Its timer goes with the state; buffer events are closed by `close`.
         func abandonWaits() {
             switch self {
-            case .resolving(_, let request, _): request.cancel()
+            case .resolving(_, let request, _), .bindingTunnel(_, _, _, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying,
-                 .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
+            case .readingRequest, .readingTransparentHello, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+                 .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
             }
         }
     }
@@ -115,12 +131,15 @@ final class ClientConnection {
         /// ClientHello (waiting in the client's buffer) offers; a refusal can only cut the
         /// client's handshake off. `after` is the first upstream's outcome, which the 200 told.
         case reopen(for: ClientHello, after: Verdict.Outcome)
+        /// The only upstream of a transparent client, offering what its ClientHello (waiting
+        /// in the client's buffer) offers; a refusal is a page inside the client's TLS.
+        case transparent(for: ClientHello)
 
         /// What the upstream is offered.
         var offer: ALPNOffer {
             switch self {
             case .first: ALPNOffer.upstreamDefault
-            case .reopen(let hello, _): ALPNAgreement.reopenOffer(for: hello.alpn)
+            case .reopen(let hello, _), .transparent(let hello): ALPNAgreement.reopenOffer(for: hello.alpn)
             }
         }
     }
@@ -143,6 +162,8 @@ final class ClientConnection {
         let address: SocketAddress
         let offer: ALPNOffer
         let started: Date
+        /// Its socket's entry among the daemon's own (while a transparent listener is on).
+        let own: OwnUpstreams.Registration?
     }
 
     /// An upstream the verdict admitted, the protocol it negotiated, and the relay's counters
@@ -171,6 +192,8 @@ final class ClientConnection {
 
     let worker: Worker
     let client: SocketAddress?
+    /// The listener the client arrived on.
+    let listener: ListenerKind
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
@@ -185,23 +208,30 @@ final class ClientConnection {
     /// How long a refusal may take to reach the client.
     static let refusalGrace: TimeInterval = 5
 
-    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config) {
+    /// Throws (the socket closed) when the client's buffer event cannot be made.
+    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config, listener: ListenerKind) throws {
         self.worker = worker
         self.client = client
+        self.listener = listener
         self.config = config
         setNoDelay(socket)
-        self.clientSide = BufferEvent(loop: worker.loop, socket: socket)
+        self.clientSide = try BufferEvent(loop: worker.loop, socket: socket)
     }
 
     /// Step 1 (after accept): read the request within `request_timeout`. The client is watched
     /// from here until its tunnel opens: if it leaves, whatever is under way upstream stops.
     func start() {
-        clientSide.onRead = { [weak self] in self?.clientReadable() }
-        clientSide.onWrite = { [weak self] in self?.clientWritable() }
-        clientSide.onEvent = { [weak self] events in self?.clientEvent(events) }
+        watchClient()
         let timer = LoopTimer(loop: worker.loop, after: config.proxy.requestTimeout) { [weak self] in self?.requestTimedOut() }
         enter(.readingRequest(RequestHead(), timer: timer))
         clientSide.setReading(true)
+    }
+
+    /// Routes the plain client socket's events to this connection.
+    func watchClient() {
+        clientSide.onRead = { [weak self] in self?.clientReadable() }
+        clientSide.onWrite = { [weak self] in self?.clientWritable() }
+        clientSide.onEvent = { [weak self] events in self?.clientEvent(events) }
     }
 
     /// Moves to `next`, abandoning what the current state waited for.
@@ -217,6 +247,8 @@ final class ClientConnection {
         switch state {
         case .readingRequest:
             readRequest()
+        case .readingTransparentHello:
+            continueTransparentHello()
         case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
@@ -227,11 +259,15 @@ final class ClientConnection {
             continueClientHello()
         case .readingTunnelHello:
             continueTunnelHello()
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen),
+             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
+             .bindingTunnel:
             // The ClientHello waits in the buffer for the real handshake; more than a
             // ClientHello and some early bytes is not a client waiting for its ServerHello.
             if clientSide.inputLength > ClientHelloReader.maximumBytes + Self.maxEarlyBytes {
-                clientHandshakeFailed("the client sent more than \((ClientHelloReader.maximumBytes + Self.maxEarlyBytes) / 1024) KiB before its handshake was answered")
+                let why = "the client sent more than \((ClientHelloReader.maximumBytes + Self.maxEarlyBytes) / 1024) KiB before its handshake was answered"
+                if listener == .transparent { return refuse(.badRequest, why) }
+                clientHandshakeFailed(why)
             }
         case .refusing:
             clientSide.discardInput()
@@ -247,19 +283,21 @@ final class ClientConnection {
         case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
              .checkingCommand(_, _, _, _, .reopen), .readingTunnelHello:
             break  // the 200 has gone out
-        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first), .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+             .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
+             .checkingCommand(_, _, _, _, .transparent), .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a write completion on the plain client socket")
         }
     }
 
     private func clientEvent(_ events: BufferEvent.Events) {
         switch state {
-        case .readingRequest, .refusing:
-            // Gone before its request was complete, or after its refusal: nothing to abandon.
+        case .readingRequest, .readingTransparentHello, .refusing:
+            // Gone before its request (or ClientHello) was complete, or after its refusal: nothing to abandon.
             close()
         case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
-             .readingTunnelHello:
+             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
+             .readingTunnelHello, .bindingTunnel:
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
@@ -284,20 +322,22 @@ final class ClientConnection {
         switch state {
         case .resolving(let destination, _, _):
             abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
-        case .connecting(let destination, let attempt, .first):
+        case .connecting(let destination, let attempt, .first), .connecting(let destination, let attempt, .transparent):
             abandoned = "while connecting to \(destination) (\(attempt.addresses[attempt.index])): the connect is abandoned"
-        case .upstreamHandshake(let destination, let upstream, _, .first):
+        case .upstreamHandshake(let destination, let upstream, _, .first), .upstreamHandshake(let destination, let upstream, _, .transparent):
             abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
-        case .checkingCommand(let destination, let upstream, _, _, .first):
+        case .checkingCommand(let destination, let upstream, _, _, .first), .checkingCommand(let destination, let upstream, _, _, .transparent):
             abandoned = "while the verify_command for \(destination) (\(upstream.address)) ran: the upstream is closed"
         case .readingTunnelHello(let passage, _, _):
             abandoned = "before its ClientHello for the tunnel to \(passage.destination) (\(passage.address)) came: nothing was relayed"
-        case .readingRequest, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying, .refusing,
-             .refusingInTLS, .passingThrough, .closed:
+        case .bindingTunnel(let destination, _, _, _, _):
+            abandoned = "while \(destination.host) was being resolved to bind its tunnel: the DNS lookup is cancelled"
+        case .readingRequest, .readingTransparentHello, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+             .relaying, .refusing, .refusingInTLS, .passingThrough, .closed:
             return unexpected("the client leaving")
         }
         logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        worker.shared.metrics.connection(outcome: .clientGone, reason: nil)
+        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener)
         close()
     }
 
@@ -342,8 +382,8 @@ final class ClientConnection {
             let destination = tunnel.destination
             worker.shared.tunnelClosed()
             worker.shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.host, destination.host.description), (.port, String(destination.port)),
-                (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
+                (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
+                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
@@ -354,11 +394,11 @@ final class ClientConnection {
             let destination = passage.destination
             worker.shared.tunnelClosed()
             worker.shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.host, destination.host.description), (.port, String(destination.port)),
-                (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
+                (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
+                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
             ])
-        case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .closed:
             break
         }
         worker.remove(self)
@@ -371,7 +411,11 @@ final class ClientConnection {
         switch state {
         case .readingRequest(let head, _):
             return head.target.map { ($0.host, $0.port, nil) }
-        case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
+        case .readingTransparentHello(let addresses, _, _):
+            guard case .success(let original) = addresses.original else { return nil }
+            return (.ip(original.address), original.port, nil)
+        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
+             .upstreamHandshake(let destination, _, _, _),
              .checkingCommand(let destination, _, _, _, _):
             return (destination.host, destination.port, destination.entry)
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):

@@ -31,8 +31,12 @@ extension ClientConnection {
         let address = attempt.addresses[index]
         switch result {
         case .success(let socket):
-            if destination.entry.policy.mode == .tunnel { return openPassThrough(socket: socket, address: address, for: destination) }
-            return startUpstreamTLS(socket: socket, address: address, for: destination, opening: opening)
+            // Registered before its ClientHello goes out, so that a capture loop is recognised.
+            let own = worker.shared.ownUpstreams?.register(socket)
+            if destination.entry.policy.mode == .tunnel {
+                return openPassThrough(socket: socket, address: address, for: destination, opening: opening, own: own)
+            }
+            return startUpstreamTLS(socket: socket, address: address, for: destination, opening: opening, own: own)
         case .failure(.timedOut):
             attempt.failures.append("\(address): timed out")
             attempt.timedOut = true

@@ -9,27 +9,38 @@ final class PassThrough {
     let destination: ClientConnection.Destination
     let upstream: BufferEvent
     let address: SocketAddress
+    /// Its socket's entry among the daemon's own (while a transparent listener is on).
+    let own: OwnUpstreams.Registration?
     var relayStarted = Date()
     var lastActivity: TimeInterval = 0
     var bytesUp = 0
     var bytesDown = 0
     var closeReason = ""
 
-    init(destination: ClientConnection.Destination, upstream: BufferEvent, address: SocketAddress) {
+    init(destination: ClientConnection.Destination, upstream: BufferEvent, address: SocketAddress, own: OwnUpstreams.Registration?) {
         self.destination = destination
         self.upstream = upstream
         self.address = address
+        self.own = own
     }
 }
 
 extension ClientConnection {
-    /// `mode = "tunnel"`, after the TCP connect: the 200 (with `Pinproxy-Verdict: tunnel`), then
-    /// the client's ClientHello is read (it stays buffered, and goes upstream as it is) within
-    /// `handshake_timeout`. Nothing is sent upstream before the ClientHello has passed
-    /// `tunnelRefusal`.
-    func openPassThrough(socket: Int32, address: SocketAddress, for destination: Destination) {
-        let upstream = BufferEvent(loop: worker.loop, socket: socket)
-        let passage = PassThrough(destination: destination, upstream: upstream, address: address)
+    /// `mode = "tunnel"`, after the TCP connect. A CONNECT client gets the 200 (with
+    /// `Pinproxy-Verdict: tunnel`), then its ClientHello is read (it stays buffered, and goes
+    /// upstream as it is) within `handshake_timeout`; a transparent client's ClientHello passed
+    /// `tunnelRefusal` before the connect. Nothing is sent upstream before it has.
+    func openPassThrough(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening,
+                         own: OwnUpstreams.Registration?) {
+        let upstream: BufferEvent
+        do {
+            upstream = try BufferEvent(loop: worker.loop, socket: socket)
+        } catch {
+            logEvent(.error, "intercept-failed", detail: "cannot relay to \(address): \(error)")
+            return close()
+        }
+        let passage = PassThrough(destination: destination, upstream: upstream, address: address, own: own)
+        if case .transparent = opening { return startPassThrough(passage) }
         let reader: ClientHelloReader
         do {
             reader = try ClientHelloReader()
@@ -82,7 +93,7 @@ extension ClientConnection {
     /// 200), counted, and closed; not a byte went upstream.
     func refuseTunnel(_ reason: RefusalReason, _ detail: String) {
         logDecision(outcome: "refused", reason: reason, status: 200, detail: detail, verdict: nil)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
         worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         close()
     }
@@ -90,10 +101,12 @@ extension ClientConnection {
     /// The decision (`outcome=tunnel`), then the bytes both ways (`ByteRelay`), the ClientHello
     /// first; `idle_timeout` as for any tunnel.
     private func startPassThrough(_ passage: PassThrough) {
+        // The upstream's events now go to the relay.
+        passage.upstream.onEvent = nil
         logDecision(outcome: "tunnel", reason: nil, status: 200,
                     detail: "\(passage.destination.entry.name) has mode = \"tunnel\": the client's TLS is relayed to \(passage.address) unverified",
                     verdict: nil)
-        worker.shared.metrics.connection(outcome: .tunnel, reason: nil)
+        worker.shared.metrics.connection(outcome: .tunnel, reason: nil, listener: listener)
         let relay = ByteRelay(client: clientSide, upstream: passage.upstream, limit: config.proxy.relayBufferBytes)
         passage.relayStarted = Date()
         passage.lastActivity = worker.loop.now
@@ -118,6 +131,12 @@ extension ClientConnection {
                 worker.shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
             }
         case .ended(let direction):
+            if direction == .down, passage.own?.captured == true {
+                // Its ClientHello came back to the transparent listener, which closed it.
+                passage.closeReason = "capture-loop: pinproxy's own connection to \(passage.address) was captured by the egress lock and came back (run pinproxy as a user of exempt_users in [capture])"
+                logEvent(.error, "capture-loop", detail: passage.closeReason)
+                return close()
+            }
             if passage.closeReason.isEmpty { passage.closeReason = direction == .up ? "client closed" : "upstream closed" }
         case .finished:
             close()

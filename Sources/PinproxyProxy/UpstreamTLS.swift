@@ -8,7 +8,8 @@ extension ClientConnection {
     /// it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
     /// the entry's `client_certificate` for a server that asks for one.
     /// Renegotiation is refused (see `upstreamRenegotiationAttempted`).
-    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening) {
+    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening,
+                          own: OwnUpstreams.Registration?) {
         let entry = destination.entry
         let offer = opening.offer
         let connection: BufferEvent
@@ -26,7 +27,7 @@ extension ClientConnection {
         connection.onEvent = { [weak self] events in self?.upstreamEvent(events) }
         connection.onRenegotiationAttempt = { [weak self] in self?.upstreamRenegotiationAttempted() }
         let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.upstreamHandshakeTimedOut() }
-        let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date())
+        let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date(), own: own)
         enter(.upstreamHandshake(destination, upstream, timer: timer, opening))
     }
 
@@ -38,6 +39,9 @@ extension ClientConnection {
                 return evaluateUpstream(upstream, for: destination, opening: opening)
             }
             let failure = upstream.connection.takeTLSErrors()
+            if upstream.own?.captured == true {
+                return refuse(.captureLoop, "pinproxy's own connection to \(describe(upstream, for: destination)) was captured by the egress lock and came back to its transparent listener: run pinproxy as a user of [capture] exempt_users (then `pinproxy egress apply`)")
+            }
             if failure.isProtocolVersionMismatch {
                 return refuse(.tlsVersion, "\(describe(upstream, for: destination)) offers no TLS version at or above \(destination.entry.policy.minTLS.rawValue): \(failure)")
             }
@@ -50,7 +54,7 @@ extension ClientConnection {
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
             close()
-        case .readingRequest, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream event (\(events.rawValue))")
         }
     }
@@ -72,7 +76,7 @@ extension ClientConnection {
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
             tunnel.closeReason = "upstream renegotiation refused"
             close()
-        case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream renegotiation request")
         }
     }

@@ -308,11 +308,12 @@ private final class Sink: @unchecked Sendable {
         let description: String
     }
 
-    /// One POST over a connection the daemon's own verdict accepted.
+    /// One POST over a connection the daemon's own verdict accepted: connect, handshake, request
+    /// and answer within one `timeout`.
     private func deliver(_ body: Data, host: String, port: UInt16, path: String) throws {
         guard let target = TargetHost(host) else { throw DeliveryError(description: "\(host) is not a host name") }
         let connection = try BlockingTLSConnection(host: resolve(host), port: port, serverName: target.serverName,
-                                                   alpn: ["http/1.1"], timeout: timeout)
+                                                   alpn: ["http/1.1"], deadline: Deadline(after: timeout))
         let verdict = checkCollector(connection.chain, target, port)
         guard verdict.allowsConnection else {
             throw DeliveryError(description: "the collector was refused: \(verdict.failures.map(\.description).joined(separator: "; "))")

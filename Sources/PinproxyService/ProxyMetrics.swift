@@ -10,7 +10,7 @@ import Prometheus
 ///
 /// | name | type | labels |
 /// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone, tunnel), `reason` (a refusal token, or `none`) |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone, tunnel), `reason` (a refusal token, or `none`), `listener` (connect, transparent) |
 /// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
 /// | `pinproxy_reopen_verdict_changes_total` | counter | |
 /// | `pinproxy_open_tunnels` | gauge | |
@@ -58,7 +58,6 @@ public final class ProxyMetrics: Sendable {
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
-    private let tunnelConnections: Counter
     private let reopenVerdictChanges: Counter
     private let mintedLeaves: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
@@ -67,6 +66,7 @@ public final class ProxyMetrics: Sendable {
     private struct CounterKey: Hashable {
         let outcome: ConnectionOutcome
         let reason: RefusalReason?
+        let listener: ListenerKind
     }
 
     private struct RefusalKey: Hashable {
@@ -121,11 +121,11 @@ public final class ProxyMetrics: Sendable {
         verificationSeconds = registry.makeValueHistogram(descriptor: .named(Name.verification, help: Help.verification),
                                                           buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
-                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
-        tunnelConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
-                                                 labels: [("outcome", ConnectionOutcome.tunnel.rawValue), ("reason", "none")])
+                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
+                                                           ("listener", ListenerKind.connect.rawValue)])
         reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
         mintedLeaves = registry.makeCounter(descriptor: .named(Name.mintedLeaves, help: Help.mintedLeaves))
+        _ = connectionCounter(CounterKey(outcome: .tunnel, reason: nil, listener: .connect))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -133,10 +133,9 @@ public final class ProxyMetrics: Sendable {
     // MARK: Connections and refusals
 
     /// Counts one client connection's outcome; `reason` is nil for a plain allow.
-    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
-        if outcome == .allowed, reason == nil { return allowedConnections.increment() }
-        if outcome == .tunnel, reason == nil { return tunnelConnections.increment() }
-        connectionCounter(outcome, reason: reason).increment()
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, listener: ListenerKind = .connect) {
+        if outcome == .allowed, reason == nil, listener == .connect { return allowedConnections.increment() }
+        connectionCounter(CounterKey(outcome: outcome, reason: reason, listener: listener)).increment()
     }
 
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
@@ -147,7 +146,7 @@ public final class ProxyMetrics: Sendable {
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.refusals, help: Help.refusals),
-                labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
+                labels: [("host_pattern", hostPattern), ("reason", reason.traits.metricLabel),
                          ("mode", reportOnly ? "report_only" : "enforce")]
             )
             counters[key] = counter
@@ -273,13 +272,12 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Private
 
-    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?) -> Counter {
+    private func connectionCounter(_ key: CounterKey) -> Counter {
         outcomeCounters.withLock { counters in
-            let key = CounterKey(outcome: outcome, reason: reason)
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.connections, help: Help.connections),
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")]
+                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.traits.metricLabel ?? "none"), ("listener", key.listener.rawValue)]
             )
             counters[key] = counter
             return counter

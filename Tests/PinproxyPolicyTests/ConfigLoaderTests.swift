@@ -85,6 +85,28 @@ final class ConfigLoaderTests: XCTestCase {
             """, [(4, #"unknown key host (did you mean "hosts"?)"#)])
     }
 
+    /// Of keys equally near an unknown one, the value's type picks; with no type to pick by, both
+    /// are named.
+    func testNearestKeysAreChosenByTheValuesType() {
+        assertErrors("""
+            [hosts."api.test"]
+            pin = "public-key"
+            pinz = ["{spki:api}", "{spki:api-newkey}"]
+            """, [(3, #"unknown key hosts."api.test".pinz (did you mean "pins"?)"#)])
+        assertErrors("""
+            [hosts."api.test"]
+            pinz = "public-key"
+            """, [(2, #"unknown key hosts."api.test".pinz (did you mean "pin"?)"#)])
+        assertErrors("""
+            [hosts."api.test"]
+            pinz = 7
+            """, [(2, #"unknown key hosts."api.test".pinz (did you mean "pin" or "pins"?)"#)])
+        assertErrors("""
+            [proxy]
+            worker = 4
+            """, [(2, #"unknown key proxy.worker (did you mean "workers"?)"#)])
+    }
+
     func testWrongTypes() {
         assertErrors("""
             [hosts."api.test"]
@@ -200,6 +222,31 @@ final class ConfigLoaderTests: XCTestCase {
             [default]
             action = verify
             """, [(2, "TOML syntax: …")])
+    }
+
+    /// A string without its closing quote is named as such, at its own line.
+    func testUnterminatedStringsAreNamed() {
+        assertErrors("""
+            [hosts."api.test"]
+            pin = "public-key
+            pins = ["{spki:api}", "{spki:api-newkey}"]
+            """, [(2, #"unterminated string: the closing " is missing on this line"#)])
+        assertErrors("""
+            [hosts."api.test"]
+            trust = ['root-a.pem]
+            """, [(2, "unterminated string: the closing ' is missing on this line")])
+        assertErrors("""
+            [hosts."api.test]
+            trust = ["root-a.pem"]
+            """, [(1, #"unterminated string: the closing " is missing on this line"#)])
+        assertErrors(#"""
+            [default]
+            trust = ["root-a.pem"]
+            verify_command = ["/bin/true", """
+            never closed
+            """#, [(3, #"unterminated multi-line string: the """ that opens it here is never closed"#)])
+        // Quotes that end a multi-line string just before its closing three are its own.
+        XCTAssertNoThrow(try pki.loadConfig("[default]\ntrust = [\"root-a.pem\"]\nverify_command = [\"/bin/true\", \"\"\"a\"\"\"\"\"]\n"))
     }
 
     // MARK: Pins
@@ -733,6 +780,30 @@ final class ConfigLoaderTests: XCTestCase {
                   (6, #"unknown key hosts."b.test".frobnicate"#),
                   (7, #"hosts."b.test".mode = "relay" is not one of "intercept", "tunnel""#),
                   (9, "hosts.bad_name" + Self.patternHelp)])
+    }
+
+    /// One pass finds every error: an entry that breaks a rule, or whose keys did not all decode,
+    /// still has its files read, and every missing one is reported with the rest.
+    func testRuleAndDecodeErrorsDoNotHideMissingFiles() {
+        assertErrors("""
+            [hosts."a.test"]
+            trust = ["missing-a.pem"]
+            validate_host = false
+
+            [hosts."b.test"]
+            pin = "public-key"
+            pins = ["sha256/short"]
+            certificates = ["missing-b.pem"]
+            crls = ["missing-b.crl"]
+            revocation = "crl"
+
+            [hosts."c.test"]
+            trust = ["root-a.pem"]
+            """, [(1, #"hosts."a.test" has validate_host = false without pins: it would accept a certificate for any name; add pin and pins (or certificates)"#),
+                  (2, #"anchor "missing-a.pem" does not exist (\#(pki.path("missing-a.pem")))"#),
+                  (7, #"malformed pin "sha256/short""# + Self.pinHelp),
+                  (8, #"pinned certificate "missing-b.pem" does not exist (\#(pki.path("missing-b.pem")))"#),
+                  (9, #"CRL file "missing-b.crl" does not exist (\#(pki.path("missing-b.crl")))"#)])
     }
 
     /// Entry-level errors (combinations of keys) point at the entry's header, wherever its keys are.

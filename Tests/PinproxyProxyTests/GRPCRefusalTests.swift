@@ -15,7 +15,7 @@ final class GRPCRefusalTests: XCTestCase {
     func testStatusFollowsTheReasonsHTTPStatus() {
         for reason in RefusalReason.allCases {
             let upstream: Set<RefusalReason> = [.dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout]
-            XCTAssertEqual(RefusalResponse.grpcStatus(reason.httpStatus), upstream.contains(reason) ? 14 : 7, reason.rawValue)
+            XCTAssertEqual(RefusalResponse.grpcStatus(reason.traits.httpStatus), upstream.contains(reason) ? 14 : 7, reason.rawValue)
         }
     }
 

@@ -9,13 +9,24 @@ final class ProxyMetricsTests: XCTestCase {
         let samples = try PrometheusParser.parse(ProxyMetrics().render())
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 0)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 0)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 0)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 0)
         XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_count"), 0)
         XCTAssertEqual(samples.value("pinproxy_verification_seconds_count"), 0)
         XCTAssertEqual(samples.value("pinproxy_reopen_verdict_changes_total"), 0)
+    }
+
+    func testTransparentConnectionsAreCountedUnderTheirOwnListenerLabel() throws {
+        let metrics = ProxyMetrics()
+        metrics.connection(outcome: .allowed, reason: nil, listener: .transparent)
+        metrics.connection(outcome: .refused, reason: .noSNI, listener: .transparent)
+        metrics.connection(outcome: .allowed, reason: nil, listener: .connect)
+        let samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "transparent"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "no-sni", "listener": "transparent"]), 1)
     }
 
     func testEverySeriesParsesWithItsTypeHelpAndValue() throws {
@@ -46,11 +57,11 @@ final class ProxyMetricsTests: XCTestCase {
 
         let samples = try PrometheusParser.parse(metrics.render())
 
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none"]), 2)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect"]), 1)
         XCTAssertEqual(samples.value("pinproxy_connections_total",
-                                     ["outcome": "would_refuse", "reason": "hostname-mismatch"]), 1)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client_gone", "reason": "none"]), 1)
+                                     ["outcome": "would_refuse", "reason": "hostname-mismatch", "listener": "connect"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client_gone", "reason": "none", "listener": "connect"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce"]), 2)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
@@ -121,7 +132,7 @@ final class ProxyMetricsTests: XCTestCase {
         }
         let total = Double(threads * iterations)
         let samples = try PrometheusParser.parse(metrics.render())
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch"]), total)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect"]), total)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "p0.test", "reason": "pin-mismatch", "mode": "enforce"]), total / 2)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)

@@ -38,14 +38,14 @@ class ClientPKI:
 
 
 class MTLSOrigin:
-    def __init__(self, chain: Path, key: Path, client_ca: Path):
+    def __init__(self, chain: Path, key: Path, client_ca: Path, address: str = "127.0.0.1", port: int = 0):
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(str(chain), str(key))
         self.ctx.verify_mode = ssl.CERT_REQUIRED
         self.ctx.load_verify_locations(str(client_ca))
         self.seen: list[str] = []
         self.lock = threading.Lock()
-        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock = socket.create_server((address, port))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
 

@@ -1,6 +1,6 @@
 """Loopback origin servers for the pinproxy end-to-end tests.
 
-Every server binds port 0 on a loopback address, exposes ``.port`` as soon as the
+Every server binds port 0 (or the ``port`` given) on a loopback address, exposes ``.port`` as soon as the
 constructor returns (the socket is already listening), serves from daemon threads
 and is shut down by ``.close()`` (or as a context manager).
 
@@ -177,7 +177,7 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class _BaseHTTPOrigin:
     ctx: ssl.SSLContext | None = None
 
-    def __init__(self, name: str, address: str):
+    def __init__(self, name: str, address: str, port: int = 0):
         self.name = name
         self.address = address
         self._lock = threading.Lock()
@@ -189,7 +189,7 @@ class _BaseHTTPOrigin:
         self.handshakes = 0
         self.connections = 0
         fam = socket.AF_INET6 if ":" in address else socket.AF_INET
-        self.server = _Server(self, (address, 0), fam)
+        self.server = _Server(self, (address, port), fam)
         self.port: int = self.server.server_address[1]
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
@@ -228,6 +228,7 @@ class TLSOrigin(_BaseHTTPOrigin):
         address: str = "127.0.0.1",
         min_tls: str | None = None,
         max_tls: str | None = None,
+        port: int = 0,
     ):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         if min_tls is not None:
@@ -240,7 +241,7 @@ class TLSOrigin(_BaseHTTPOrigin):
         ctx.sni_callback = self._on_sni
         self.ctx = ctx
         self.chain = Path(chain)
-        super().__init__(name, address)
+        super().__init__(name, address, port)
 
     def _on_sni(self, sslsock, server_name, ctx):
         with self._lock:
