@@ -5,7 +5,8 @@ import PinproxyInterop
 /// parsed, pinned certificates, anchors and CRLs read. It fails closed by construction: it is
 /// built only from `Settings` that verify the chain or the host against something (see
 /// `init(_:)`), and it cannot be changed afterwards. Its settings read as its own properties
-/// (`policy.pins`).
+/// (`policy.pins`). A `mode = "tunnel"` entry is the one exception by design: the proxy relays
+/// its connections without asking for a verdict (`ConfigRules` keeps it to named hosts).
 @dynamicMemberLookup
 public struct HostPolicy: Sendable {
     /// What to do with a connection.

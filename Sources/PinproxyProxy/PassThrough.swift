@@ -131,19 +131,24 @@ extension ClientConnection {
                 worker.shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
             }
         case .ended(let direction):
-            if direction == .down, passage.own?.captured == true {
-                // Its ClientHello came back to the transparent listener, which closed it.
-                passage.closeReason = "capture-loop: pinproxy's own connection to \(passage.address) was captured by the egress lock and came back (run pinproxy as a user of exempt_users in [capture])"
-                logEvent(.error, "capture-loop", detail: passage.closeReason)
+            if direction == .down, let loop = capturedUpstream(passage) {
+                passage.closeReason = loop
                 return close()
             }
             if passage.closeReason.isEmpty { passage.closeReason = direction == .up ? "client closed" : "upstream closed" }
         case .finished:
             close()
         case .failed(let client):
-            passage.closeReason = client ? "client connection error" : "upstream connection error"
+            passage.closeReason = (client ? nil : capturedUpstream(passage)) ?? (client ? "client connection error" : "upstream connection error")
             close()
         }
+    }
+
+    /// Why the upstream ended, when it was pinproxy's own connection captured by the egress lock:
+    /// its ClientHello came back to the transparent listener, which closed it (and logged the loop).
+    private func capturedUpstream(_ passage: PassThrough) -> String? {
+        guard passage.own?.captured == true else { return nil }
+        return "capture-loop: pinproxy's own connection to \(passage.address) was captured by the egress lock and came back (run pinproxy as a user of exempt_users in [capture])"
     }
 
     private func checkPassThroughIdle() {
