@@ -23,7 +23,7 @@ struct ConfigDecoder {
                             "verify_command_timeout", "verify_command_cache", "verify_command_concurrency"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
-                             "require_web_pki_profile", "verify_command"]
+                             "require_web_pki_profile", "verify_command", "client_certificate", "client_key"]
 
     /// Whether `key` takes a value of `type`: of keys equally close to an unknown one, the
     /// value's type picks (`pinz = [...]` is `pins`, `pinz = "public-key"` is `pin`).
@@ -339,12 +339,11 @@ struct ConfigDecoder {
             case "min_tls":
                 if let version = choice(value, keyPath, HostPolicy.TLSVersion.self) { policy.minTLS = version }
             case "mode":
-                guard let mode = string(value, keyPath) else { continue }
-                if mode == "tunnel" {
-                    error(keyPath, "\(displayKeyPath(keyPath)) = \"tunnel\" is not implemented yet: pinproxy only intercepts; remove the key or set mode = \"intercept\"")
-                } else if mode != "intercept" {
-                    error(keyPath, "\(displayKeyPath(keyPath)) = \"\(mode)\" is not \"intercept\"")
-                }
+                if let mode = choice(value, keyPath, HostPolicy.Mode.self) { policy.mode = mode }
+            case "client_certificate":
+                if let file = nonEmptyString(value, keyPath) { policy.clientCertificateFile = file }
+            case "client_key":
+                if let file = nonEmptyString(value, keyPath) { policy.clientKeyFile = file }
             case "revocation":
                 if let text = string(value, keyPath) {
                     switch text {
@@ -401,6 +400,12 @@ struct ConfigDecoder {
         if let string = value.string { return string }
         typeError(keyPath(), value, expected: "a string")
         return nil
+    }
+
+    mutating func nonEmptyString(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> String? {
+        guard let text = string(value, keyPath()) else { return nil }
+        if text.isEmpty { error(keyPath(), "\(displayKeyPath(keyPath())) must not be empty") }
+        return text.isEmpty ? nil : text
     }
 
     mutating func bool(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> Bool? {

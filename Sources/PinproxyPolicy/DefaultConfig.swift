@@ -127,7 +127,10 @@ trust = "system"
 # include_subdomains false (default) | true: an exact-name entry also matches every subdomain.
 # ports              [443, 8443]: default proxy.allow_ports.
 # min_tls            "1.2" (default) | "1.3"
-# mode               "intercept" (default; "tunnel" is not implemented yet and rejected)
+# mode               "intercept" (default) | "tunnel": host entries only; the client's TLS is
+#                    relayed as it is, unverified (for programs that pin their own certificates or
+#                    present their own client certificate). No pins, verify_command, revocation,
+#                    client_certificate or enforce = false with it; `check` warns for each one.
 # revocation         "off" (default) | "crl" (leaf checked against its issuer's CRL from `crls`)
 #                    | "ocsp-staple" (the server must staple a valid OCSP response)
 # crls               ["crl/issuer.crl"]: CRL files (PEM or DER), with revocation = "crl".
@@ -136,6 +139,11 @@ trust = "system"
 #                    meet the web-PKI issuance rules (extendedKeyUsage serverAuth, key
 #                    identifiers, the CN among the SANs; README, "Trust decisions"). false for a
 #                    private CA whose certificates lack them.
+# client_certificate "client/api.pem": PEM, the certificate then its chain, and
+# client_key         "client/api.key": its key, presented to an upstream that asks for a client
+#                    certificate (mutual TLS).
+#                    The key: unencrypted PEM, mode 0600 or 0400 (or from systemd's LoadCredential=,
+#                    under $CREDENTIALS_DIRECTORY). Every local process that reaches the entry uses it.
 # verify_command     ["/usr/local/libexec/check-ct", "--strict"]: your own check, run after the
 #                    built-in ones passed, with the verified chain (PEM, leaf first) on stdin and
 #                    PINPROXY_HOST / PINPROXY_PORT set. Exit 0 allows; anything else (or no answer

@@ -52,6 +52,10 @@ struct RawPolicy: Sendable {
     var revocation: Revocation = .off
     /// nil when `crls` is not written.
     var crlFiles: [String]?
+    var mode: HostPolicy.Mode = .intercept
+    /// `client_certificate` and `client_key` as written.
+    var clientCertificateFile: String?
+    var clientKeyFile: String?
 
     init(path: [String], name: String, pattern: HostPattern?) {
         self.path = path

@@ -18,6 +18,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case tlsVersion = "tls-version"
     // Decided by the proxy before or around the upstream connection.
     case destinationDenied = "destination-denied"
+    /// A `mode = "tunnel"` connection whose destination cannot be bound to its name.
+    case destinationMismatch = "destination-mismatch"
     case cleartextDenied = "cleartext-denied"
     case badRequest = "bad-request"
     /// A transparent-listener client sent no SNI, and no entry names the destination's address.
@@ -56,6 +58,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .customCheck:             return row(403, true,  true,  true,  .tlsCertificateError)
         case .tlsVersion:              return row(403, false, false, false, .tlsProtocolError)
         case .destinationDenied:       return row(403, false, false, false, .destinationIPProhibited)
+        case .destinationMismatch:     return row(403, false, false, false, .destinationIPProhibited)
         case .cleartextDenied:         return row(403, false, false, false, .httpRequestDenied)
         case .badRequest:              return row(400, false, false, false, .httpRequestError)
         case .noSNI:                   return row(403, false, false, false, .httpRequestError)

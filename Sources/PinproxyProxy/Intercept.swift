@@ -30,7 +30,11 @@ extension ClientConnection {
         let verdict = tunnel.verdict
         let outcome: ConnectionOutcome = verdict.outcome == .allow ? .allowed : .reportOnly
         let resumed = tunnel.upstream.connection.sessionReused
-        var detail = ([note].compactMap { $0 } + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
+        // A TLS 1.3 server that requires a certificate says so only after the handshake, by closing.
+        let unanswered = tunnel.upstream.connection.clientCertificateRequested && tunnel.destination.entry.policy.clientIdentity == nil
+            ? ["the upstream asked for a client certificate and \(tunnel.destination.entry.name) has none to give (client_certificate): it may close the connection"]
+            : []
+        var detail = ([note].compactMap { $0 } + verdict.notes + unanswered + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
@@ -54,9 +58,9 @@ extension ClientConnection {
         let host = tunnel.destination.host
         let tls: BufferEvent
         do {
-            let leaf = try worker.shared.localCA.leaf(for: host)
+            let leaf = try worker.shared.leaf(for: host)
             tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
-                                           key: leaf.key, serverName: host.serverName, applicationProtocol: tunnel.applicationProtocol,
+                                           key: leaf.key, serverName: host.serverName, applicationProtocols: tunnel.applicationProtocol.map { [$0] } ?? [],
                                            bufferLimit: config.proxy.relayBufferBytes)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
@@ -88,8 +92,8 @@ extension ClientConnection {
         switch state {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying,
-             .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .upstreamHandshake, .checkingCommand, .relaying,
+             .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("the client handshake timer")
         }
     }

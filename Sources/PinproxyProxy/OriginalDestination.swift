@@ -46,6 +46,7 @@ extension ClientConnection {
         if let verdict = TrustEvaluator.evaluateRequest(port: original.port, entry: destination.entry), !verdict.allowsConnection {
             return refuse(verdict: verdict, for: destination)
         }
+        if destination.entry.policy.mode == .tunnel { return routeTransparentTunnel(hello, to: original, for: destination) }
         let upstreamAddresses = host.serverName.flatMap { config.resolve[$0] } ?? [original.address]
         checkDestinations(upstreamAddresses, for: destination, opening: .transparent(for: hello))
     }

@@ -39,14 +39,14 @@ extension ClientConnection {
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?,
                              proxyError: ProxyStatusError?) {
         switch state {
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
              .checkingCommand(_, _, _, _, .transparent):
             break
         case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
              .checkingCommand(_, _, _, _, .reopen(_, let first)):
             return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn, after: first)
-        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = given ?? logSubject
@@ -59,7 +59,10 @@ extension ClientConnection {
         default: break
         }
         let proxyStatus = ProxyStatus.value(reason: reason, detail: detail, error: proxyError)
-        if config.proxy.refusal == .inTLS || listener == .transparent, reason != .badRequest, let subject {
+        // On the transparent listener there is no CONNECT to answer. A tunnel entry's client checks
+        // its own server: a page behind pinproxy's leaf is no use to it, the CONNECT answer is.
+        let inTLS = listener == .transparent || (config.proxy.refusal == .inTLS && subject?.entry?.policy.mode != .tunnel)
+        if inTLS, reason != .badRequest, let subject {
             return refuseInTLS(subject, reason: reason, detail: detail, proxyStatus: proxyStatus, verdict: verdict)
         }
         if listener == .transparent { return close() }

@@ -73,6 +73,11 @@ final class SharedState: Sendable {
         reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()) }
     }
 
+    /// The local CA's leaf for `host` (minted now if it has none fit for use, and counted).
+    func leaf(for host: TargetHost) throws -> LocalCA.MintedLeaf {
+        try localCA.leaf(for: host) { metrics.leafMinted() }
+    }
+
     func tunnelOpened() {
         openTunnels.add(1, ordering: .relaxed)
         metrics.tunnelOpened()

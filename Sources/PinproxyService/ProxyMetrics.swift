@@ -41,6 +41,7 @@ public final class ProxyMetrics: Sendable {
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
     private let reopenVerdictChanges: Counter
+    private let mintedLeaves: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
@@ -80,7 +81,7 @@ public final class ProxyMetrics: Sendable {
     public static let families: [Family] = [
         Family.connections, .refusals, .reopenVerdictChanges, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
         .lastReloadSuccessful, .lastReloadSuccessTime, .pinExpiryTimestamp, .pinExpiryDays, .upstreamCertificateExpiry,
-        .buildInfo, .reports,
+        .buildInfo, .reports, .mintedLeaves,
     ] + ProcessFamily.allCases.map(\.family)
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
@@ -89,7 +90,7 @@ public final class ProxyMetrics: Sendable {
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
     /// Creates the series on a new registry (or `registry`): counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) at once, `pinproxy_build_info` for
+    /// first scrape (reloads, bytes, allowed and tunnel connections, reopen verdict changes, minted leaves) at once, `pinproxy_build_info` for
     /// `version` and `commit`, and the reload gauges as of a successful load `loadedAt`.
     public init(version: String, commit: String, loadedAt: Date = Date(),
                 registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
@@ -108,6 +109,8 @@ public final class ProxyMetrics: Sendable {
         lastReloadSuccessTime.set(loadedAt.timeIntervalSince1970)
         registry.makeGauge(descriptor: Family.buildInfo.descriptor, labels: [("version", version), ("commit", commit)]).set(1.0)
         reopenVerdictChanges = registry.makeCounter(descriptor: Family.reopenVerdictChanges.descriptor)
+        mintedLeaves = registry.makeCounter(descriptor: Family.mintedLeaves.descriptor)
+        _ = connectionCounter(CounterKey(outcome: .tunnel, reason: nil, listener: .connect))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
@@ -140,6 +143,11 @@ public final class ProxyMetrics: Sendable {
     /// upstream, which the client's 200 described.
     public func reopenVerdictChanged() {
         reopenVerdictChanges.increment()
+    }
+
+    /// The local CA minted a leaf (its cache had none for the host, or an expiring one).
+    public func leafMinted() {
+        mintedLeaves.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or

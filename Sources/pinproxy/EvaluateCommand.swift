@@ -117,6 +117,9 @@ struct VerdictReport {
         var lines: [String] = []
         let entry = verdict.entry
         lines.append("entry: \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : " (built-in default)"))
+        if entry.policy.mode == .tunnel {
+            lines.append("mode: tunnel: the daemon relays this host unverified; this verdict is only what intercepting it would decide")
+        }
         lines.append("host: \(host)  port: \(port)  at: \(rfc3339(time))")
         lines.append("presented chain:")
         for (index, certificate) in verdict.presented.enumerated() {

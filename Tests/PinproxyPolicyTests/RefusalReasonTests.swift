@@ -18,6 +18,7 @@ final class RefusalReasonTests: XCTestCase {
         (.customCheck, 403, true, true, true, "tls_certificate_error"),
         (.tlsVersion, 403, false, false, false, "tls_protocol_error"),
         (.destinationDenied, 403, false, false, false, "destination_ip_prohibited"),
+        (.destinationMismatch, 403, false, false, false, "destination_ip_prohibited"),
         (.cleartextDenied, 403, false, false, false, "http_request_denied"),
         (.badRequest, 400, false, false, false, "http_request_error"),
         (.noSNI, 403, false, false, false, "http_request_error"),

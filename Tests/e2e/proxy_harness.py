@@ -71,6 +71,7 @@ STATUS = {
             "host-denied",
             "port-denied",
             "destination-denied",
+            "destination-mismatch",
             "cleartext-denied",
             "untrusted-chain",
             "certificate-expired",
