@@ -107,7 +107,7 @@ public enum ConfigLoader {
         if case .failure(let error) = publicSuffixes.result() {
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: error.description)])
         }
-        return Config(path: path, proxy: config.proxy, resolve: config.resolve, policies: config.policies,
+        return Config(path: path, proxy: config.proxy, resolve: config.resolve, policies: config.policies, clients: config.clients,
                       warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
     }
 }
@@ -123,7 +123,7 @@ private struct Load {
 
     /// The config; nil when a finding is an error.
     mutating func config(_ document: TOMLTable, path: String, writtenHosts: HostKeys)
-        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], policies: PolicyTable)? {
+        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], policies: PolicyTable, clients: ClientRules)? {
         var decoder = ConfigDecoder()
         let decoded = decoder.decodeTopLevel(document)
         var proxy = decoded.proxy
@@ -158,9 +158,21 @@ private struct Load {
             findings += hostsDecoder.findings
         }
 
+        var clients = ClientRules()
+        if document["clients"] != nil {
+            var clientsDecoder = ConfigDecoder()
+            if let table = clientsDecoder.table("clients", in: document) {
+                let raw = clientsDecoder.decodeClients(table) { [index] key in index.line(of: ["clients", key]) }
+                let checked = ClientRulesCheck.rules(raw)
+                clients = checked.0
+                findings += checked.1
+            }
+            findings += clientsDecoder.findings
+        }
+
         guard !findings.hasErrors, let defaultEntry else { return nil }
         let positions = hosts.positions.flatMap { $0.fit(hosts.entries) ? $0 : nil } ?? PolicyTable.Positions(hosts.entries.map(\.pattern))
-        return (proxy, decoded.resolve, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions))
+        return (proxy, decoded.resolve, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions), clients)
     }
 
     /// Stages 2 and 3 for one decoded entry: its rules, then its files.

@@ -162,6 +162,22 @@ public enum TrustEvaluator {
                        verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: notes)
     }
 
+    /// `verdict` with what `[clients]` decided for the connection, applied after every other
+    /// check (the client's narrowing has its own `enforce`): an enforced client-denied refuses
+    /// whatever the verdict was; a report-only one is added to an admitting verdict's failures.
+    public static func adding(_ client: ClientDecision, to verdict: Verdict) -> Verdict {
+        var failures = verdict.failures + [Verdict.Failure(.clientDenied, client.detail)]
+        failures.sort { $0.reason < $1.reason }
+        let outcome: Verdict.Outcome
+        switch client.outcome {
+        case .allow: return verdict
+        case .refuse: outcome = .refuse(.clientDenied)
+        case .reportOnly: outcome = verdict.allowsConnection ? .reportOnly(failures[0].reason) : verdict.outcome
+        }
+        return Verdict(outcome: outcome, entry: verdict.entry, failures: failures, presented: verdict.presented,
+                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: verdict.notes)
+    }
+
     /// The part of the decision that needs no connection: host-denied and port-denied (and
     /// their report-only forms). The proxy calls it before resolving; nil means go on.
     public static func evaluateRequest(port: UInt16, entry: PolicyEntry) -> Verdict? {

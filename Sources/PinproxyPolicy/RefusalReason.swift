@@ -2,6 +2,9 @@
 /// operators see in the log. The verdict function decides the certificate and policy
 /// reasons; the proxy decides the request, destination and upstream ones.
 public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
+    // Decided by `[clients]` (`ClientPolicy`) before the entry is consulted; report-only under
+    // the section's own `enforce = false`.
+    case clientDenied = "client-denied"
     // Decided by the verdict, in priority order for chain, host and pin checks.
     case hostDenied = "host-denied"
     case portDenied = "port-denied"
