@@ -51,3 +51,16 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         }
     }
 }
+
+extension SocketAddress {
+    /// The address a connected socket is bound to on this side (getsockname).
+    public static func local(of socket: Int32) -> SocketAddress? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        return withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                getsockname(socket, address, &length) == 0 ? SocketAddress(address) : nil
+            }
+        }
+    }
+}

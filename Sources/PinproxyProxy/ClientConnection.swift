@@ -2,10 +2,12 @@ import Foundation
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 typealias LoopTimer = PinproxyInterop.Timer
 
-/// One client connection through its whole life: parse CONNECT → look up policy → resolve →
+/// One client connection through its whole life: parse CONNECT → identify the client (with
+/// `[clients]`) → look up policy → resolve →
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
 /// offer: connect → upstream TLS → evaluate again) → relay. Each step lives in the file named
@@ -21,6 +23,10 @@ final class ClientConnection {
     enum State {
         /// Reading the CONNECT request, within `request_timeout`.
         case readingRequest(RequestHead, timer: LoopTimer)
+        /// With `[clients]`: the owner of the client's socket is known, and what can block
+        /// (its user's name, unit, program) is looked up off the loop, within
+        /// `client_identity_timeout`.
+        case identifying(RequestTarget, PendingIdentity, timer: LoopTimer)
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, DNSRequest, timer: LoopTimer)
         /// Connecting to the checked addresses in turn, all within `connect_timeout`: for the
@@ -51,6 +57,7 @@ final class ClientConnection {
         var name: String {
             switch self {
             case .readingRequest: "reading-request"
+            case .identifying: "identifying"
             case .resolving: "resolving"
             case .connecting(_, _, .first): "connecting"
             case .connecting(_, _, .reopen): "reopen-connecting"
@@ -73,8 +80,8 @@ final class ClientConnection {
             switch self {
             case .resolving(_, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying,
-                 .refusing, .refusingInTLS, .closed: break
+            case .readingRequest, .identifying, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+                 .relaying, .refusing, .refusingInTLS, .closed: break
             }
         }
     }
@@ -86,11 +93,16 @@ final class ClientConnection {
         var headerLines = 0
     }
 
-    /// What the CONNECT asked for, and the policy entry it falls under.
+    /// What a complete CONNECT request asks for.
+    typealias RequestTarget = (host: TargetHost, port: UInt16)
+
+    /// What the CONNECT asked for, the policy entry it falls under, and what `[clients]`
+    /// decided for its client.
     struct Destination: CustomStringConvertible {
         let host: TargetHost
         let port: UInt16
         let entry: PolicyEntry
+        let client: ClientDecision
 
         var description: String { "\(host):\(port)" }
     }
@@ -162,6 +174,9 @@ final class ClientConnection {
 
     let worker: Worker
     let client: SocketAddress?
+    /// Where the client's socket is connected to (this end of the connection); looked up only
+    /// when the config has `[clients]`.
+    let ourEnd: SocketAddress?
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
@@ -180,6 +195,7 @@ final class ClientConnection {
         self.worker = worker
         self.client = client
         self.config = config
+        ourEnd = config.clients.isEmpty ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
         self.clientSide = BufferEvent(loop: worker.loop, socket: socket)
     }
@@ -208,7 +224,7 @@ final class ClientConnection {
         switch state {
         case .readingRequest:
             readRequest()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
             if clientSide.inputLength > Self.maxEarlyBytes {
@@ -236,7 +252,7 @@ final class ClientConnection {
         case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
              .checkingCommand(_, _, _, _, .reopen):
             break  // the 200 has gone out
-        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+        case .readingRequest, .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first), .clientHandshake, .relaying, .refusingInTLS, .closed:
             unexpected("a write completion on the plain client socket")
         }
@@ -247,7 +263,7 @@ final class ClientConnection {
         case .readingRequest, .refusing:
             // Gone before its request was complete, or after its refusal: nothing to abandon.
             close()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
@@ -270,6 +286,8 @@ final class ClientConnection {
         let how = events.contains(.error) ? "reset" : "closed"
         let abandoned: String
         switch state {
+        case .identifying(let target, _, _):
+            abandoned = "while it was being identified for \(target.host):\(target.port)"
         case .resolving(let destination, _, _):
             abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
         case .connecting(let destination, let attempt, .first):
@@ -283,7 +301,7 @@ final class ClientConnection {
             return unexpected("the client leaving")
         }
         logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        worker.shared.metrics.connection(outcome: .clientGone, reason: nil)
+        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
         close()
     }
 
@@ -326,13 +344,13 @@ final class ClientConnection {
             relay.close()
             let destination = tunnel.destination
             worker.shared.tunnelClosed()
-            worker.shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.host, destination.host.description), (.port, String(destination.port)),
+            worker.shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
+                (.host, destination.host.description), (.port, String(destination.port)),
                 (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
-        case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .identifying, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
             break
         }
         worker.remove(self)
@@ -345,6 +363,8 @@ final class ClientConnection {
         switch state {
         case .readingRequest(let head, _):
             return head.target.map { ($0.host, $0.port, nil) }
+        case .identifying(let target, _, _):
+            return (target.host, target.port, nil)
         case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
              .checkingCommand(let destination, _, _, _, _):
             return (destination.host, destination.port, destination.entry)
@@ -355,6 +375,29 @@ final class ClientConnection {
         case .refusing, .closed:
             return nil
         }
+    }
+
+    /// What `[clients]` decided, once the state has a destination.
+    var clientDecision: ClientDecision? {
+        switch state {
+        case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
+             .checkingCommand(let destination, _, _, _, _):
+            return destination.client
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
+            return tunnel.destination.client
+        case .readingRequest, .identifying, .refusing, .refusingInTLS, .closed:
+            return nil
+        }
+    }
+
+    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known.
+    static func identityFields(_ identity: ClientIdentity?) -> [(AccessLog.Field, String)] {
+        guard case .local(let client) = identity else { return [] }
+        var fields: [(AccessLog.Field, String)] = [(.clientUID, String(client.uid))]
+        if let user = client.user { fields.append((.clientUser, user)) }
+        if let unit = client.unit { fields.append((.clientUnit, unit)) }
+        if let exe = client.exe { fields.append((.clientExe, exe)) }
+        return fields
     }
 
     /// A line about this connection that is not its decision.

@@ -21,19 +21,24 @@ extension ClientConnection {
         let verdict = tunnel.verdict
         let outcome = verdict.outcome == .allow ? "allowed" : "report-only"
         let resumed = tunnel.upstream.connection.sessionReused
-        var detail = ([note].compactMap { $0 } + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
+        let client = tunnel.destination.client
+        // An unknown client a [clients."unknown"] section admitted: the line says so.
+        var unknown: [String] = []
+        if let identity = client.identity, case .unknown = identity { unknown = ["client \(identity)"] }
+        var detail = ([note].compactMap { $0 } + unknown + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
                     reopenChange: reopenChange)
         guard note == nil else { return }
-        worker.shared.report(verdict, host: tunnel.destination.host, port: tunnel.destination.port)
+        report(verdict, host: tunnel.destination.host, port: tunnel.destination.port, client: client)
         if let reason = verdict.reason {
-            worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason)
-            worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true)
+            worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason, client: client.metricLabel)
+            worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true,
+                                          client: client.metricLabel)
         } else {
-            worker.shared.metrics.connection(outcome: .allowed, reason: nil)
+            worker.shared.metrics.connection(outcome: .allowed, reason: nil, client: client.metricLabel)
         }
     }
 
@@ -79,7 +84,7 @@ extension ClientConnection {
         switch state {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
-        case .readingRequest, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying, .refusing,
+        case .readingRequest, .identifying, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying, .refusing,
              .refusingInTLS, .closed:
             unexpected("the client handshake timer")
         }

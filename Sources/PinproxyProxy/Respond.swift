@@ -37,7 +37,7 @@ extension ClientConnection {
     /// offer is refused after the 200: the client's handshake is cut off.
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?) {
         switch state {
-        case .readingRequest, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+        case .readingRequest, .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first):
             break
         case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
@@ -47,10 +47,14 @@ extension ClientConnection {
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
-        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason)
-        worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
-        if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
+        let client = destination?.client ?? clientDecision
+        let label = client?.metricLabel ?? ProxyMetrics.noClientLabel
+        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn,
+                    subject: subject, client: client)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, client: label)
+        worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
+                                      client: label)
+        if let verdict, let subject { report(verdict, host: subject.host, port: subject.port, client: client) }
         switch state {
         case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
         default: break
@@ -74,9 +78,11 @@ extension ClientConnection {
     /// its 200 (for the `first` outcome), so the client's TLS handshake is cut off, and nothing
     /// is relayed. A refusal by the verdict is a verdict changed on reopen.
     private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, after first: Verdict.Outcome) {
-        if let verdict, let subject = logSubject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
-        worker.shared.metrics.connection(outcome: .refused, reason: reason)
-        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        if let verdict, let subject = logSubject { report(verdict, host: subject.host, port: subject.port, client: clientDecision) }
+        let label = clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, client: label)
+        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
+                                      client: label)
         // The first upstream was admitted, so a refusal by the verdict always changes it.
         let changed = verdict.flatMap { $0.outcome != first ? $0.outcome : nil }
         if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
@@ -84,6 +90,12 @@ extension ClientConnection {
                     detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
                     verdict: verdict, alpn: alpn, reopenChange: changed)
         close()
+    }
+
+    /// A pin-failure report on `verdict`, carrying the client's identity when
+    /// `report_client_identity` says so.
+    func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientDecision?) {
+        worker.shared.report(verdict, host: host, port: port, client: config.proxy.reportClientIdentity ? client?.identity : nil)
     }
 
     private func refusalGraceOver() {
@@ -106,9 +118,13 @@ extension ClientConnection {
     /// which protocol that upstream negotiated (`alpn`, `-` for none), what it presented and
     /// the path OpenSSL verified. `reopenChange` is a reopened upstream's outcome when it differs
     /// from the first upstream's, which the 200 described (`reopen_outcome`, `reopen_reason`).
+    /// A local client's identity (`[clients]`) is on every line: `client_uid`, `client_user`,
+    /// `client_unit`, `client_exe`, as far as each is known.
     func logDecision(outcome: String, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
-                     alpn: ALPNProtocol? = nil, subject: Subject? = nil, reopenChange: Verdict.Outcome? = nil) {
+                     alpn: ALPNProtocol? = nil, subject: Subject? = nil, client decision: ClientDecision? = nil,
+                     reopenChange: Verdict.Outcome? = nil) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        fields += Self.identityFields((decision ?? clientDecision)?.identity)
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }

@@ -48,7 +48,7 @@ extension ClientConnection {
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
             close()
-        case .readingRequest, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .identifying, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .closed:
             unexpected("an upstream event (\(events.rawValue))")
         }
     }
@@ -70,7 +70,7 @@ extension ClientConnection {
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
             tunnel.closeReason = "upstream renegotiation refused"
             close()
-        case .readingRequest, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .identifying, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
             unexpected("an upstream renegotiation request")
         }
     }

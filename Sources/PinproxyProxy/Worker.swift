@@ -24,6 +24,8 @@ final class SharedState: Sendable {
     let reports: PinFailureReporter?
     /// The runner of entries' `verify_command`s.
     let customChecks: CustomChecks
+    /// What identifying clients looks up off the loops, and its caches (`[clients]`).
+    let identityLookups = IdentityLookups()
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
     let descriptorCeiling: Int
@@ -54,10 +56,11 @@ final class SharedState: Sendable {
     }
 
     /// Sends a pin-failure report for `verdict`, when a certificate reason refused (or would
-    /// have refused) the connection to `host`:`port`.
-    func report(_ verdict: Verdict, host: TargetHost, port: UInt16) {
+    /// have refused) the connection to `host`:`port`; `client` is the identity it carries
+    /// (`report_client_identity`), if any.
+    func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientIdentity?) {
         guard let reports, let reason = verdict.reason, reason.isCertificateReason else { return }
-        reports.submit(PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()), host: host, port: port)
+        reports.submit(PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date(), client: client), host: host, port: port)
     }
 
     func tunnelOpened() {
@@ -76,6 +79,8 @@ final class SharedState: Sendable {
 final class Worker: @unchecked Sendable {
     let loop = EventLoop()
     let shared: SharedState
+    /// Who this worker's clients are (`[clients]`).
+    let identifier: ClientIdentifier
     private var listeners: [Listener] = []
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var heartbeatTimer: PinproxyInterop.Timer?
@@ -90,6 +95,7 @@ final class Worker: @unchecked Sendable {
 
     init(shared: SharedState) {
         self.shared = shared
+        identifier = ClientIdentifier(lookups: shared.identityLookups)
         // Reads resolv.conf and /etc/hosts now, not on the loop at the first lookup.
         _ = loop.dns
         beat()

@@ -6,14 +6,15 @@ import Prometheus
 /// A pin-failure report: the fields of RFC 7469 §3 (HPKP's report-uri format) plus pinproxy's
 /// reason, entry, detail and whether the connection was refused or only reported.
 public enum PinFailureReport {
-    /// The report on `verdict` for a connection to `host`:`port` at `time`, as one JSON object.
-    public static func json(verdict: Verdict, host: TargetHost, port: UInt16, at time: Date) -> Data {
+    /// The report on `verdict` for a connection to `host`:`port` at `time`, as one JSON object;
+    /// with `client`, it says who the client was (`pinproxy-client`).
+    public static func json(verdict: Verdict, host: TargetHost, port: UInt16, at time: Date, client: ClientIdentity? = nil) -> Data {
         let policy = verdict.entry.policy
         let knownPins = policy.pins.map { pin -> String in
             let value = pin.description.dropFirst("sha256/".count)
             return policy.pinKind == .certificate ? "cert-sha256=\"\(value)\"" : "pin-sha256=\"\(value)\""
         }
-        let object: [String: Any] = [
+        var object: [String: Any] = [
             "date-time": rfc3339(time),
             "hostname": host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
             "port": Int(port),
@@ -28,6 +29,14 @@ public enum PinFailureReport {
             "pinproxy-enforced": !verdict.allowsConnection,
             "pinproxy-detail": verdict.failures.map(\.description).joined(separator: "; "),
         ]
+        switch client {
+        case .local(let local):
+            object["pinproxy-client"] = ["uid": Int(local.uid), "user": local.user as Any, "unit": local.unit as Any, "exe": local.exe as Any]
+                .compactMapValues { $0 is String || $0 is Int ? $0 : nil }
+        case .unknown: object["pinproxy-client"] = "unknown"
+        case .remote: object["pinproxy-client"] = "remote"
+        case nil: break
+        }
         return (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
     }
 }

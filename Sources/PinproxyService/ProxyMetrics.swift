@@ -10,8 +10,9 @@ import Prometheus
 ///
 /// | name | type | labels |
 /// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`) |
-/// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only) |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`), `client` |
+/// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only), `client` |
+/// | `pinproxy_client_lookups_total` | counter | `result` (found, unknown): sockets of local clients looked up |
 /// | `pinproxy_reopen_verdict_changes_total` | counter | |
 /// | `pinproxy_open_tunnels` | gauge | |
 /// | `pinproxy_relayed_bytes_total` | counter | `direction` (client_to_upstream, upstream_to_client) |
@@ -22,7 +23,9 @@ import Prometheus
 ///
 /// Labels are bounded: `host_pattern` is always a configured pattern (`[default]` for the
 /// `[default]` entry, which no pattern can spell, `-` before any entry applies), never a
-/// requested host name.
+/// requested host name; `client` is the `[clients]` sections that matched the connection's
+/// client, joined in config order (`ClientDecision.metricLabel`), or `none`: never a path or pid
+/// the config does not name.
 ///
 /// Thread safety: every method may be called from any thread at any time, concurrently — the
 /// daemon's event loops each call it. swift-prometheus's registry, `Counter`, `Gauge` and
@@ -55,6 +58,8 @@ public final class ProxyMetrics: Sendable {
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
+    private let clientLookupsFound: Counter
+    private let clientLookupsUnknown: Counter
     private let reopenVerdictChanges: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
@@ -62,12 +67,14 @@ public final class ProxyMetrics: Sendable {
     private struct CounterKey: Hashable {
         let outcome: ConnectionOutcome
         let reason: RefusalReason?
+        let client: String
     }
 
     private struct RefusalKey: Hashable {
         let hostPattern: String
         let reason: RefusalReason
         let reportOnly: Bool
+        let client: String
     }
 
     private enum Name {
@@ -80,6 +87,7 @@ public final class ProxyMetrics: Sendable {
         static let verification = "pinproxy_verification_seconds"
         static let reloads = "pinproxy_config_reloads_total"
         static let pinExpiry = "pinproxy_pin_expiry_days"
+        static let clientLookups = "pinproxy_client_lookups_total"
     }
 
     private enum Help {
@@ -92,6 +100,7 @@ public final class ProxyMetrics: Sendable {
         static let verification = "Certificate chain, host and pin verification duration in seconds."
         static let reloads = "Configuration reloads by result."
         static let pinExpiry = "Days until the entry's earliest pinned certificate or expires date runs out."
+        static let clientLookups = "Sockets of local clients looked up ([clients]): found, or unknown (gone, not established, not held by a process)."
     }
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
@@ -113,7 +122,10 @@ public final class ProxyMetrics: Sendable {
         verificationSeconds = registry.makeValueHistogram(descriptor: .named(Name.verification, help: Help.verification),
                                                           buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
-                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none")])
+                                                  labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
+                                                           ("client", Self.noClientLabel)])
+        clientLookupsFound = registry.makeCounter(descriptor: .named(Name.clientLookups, help: Help.clientLookups), labels: [("result", "found")])
+        clientLookupsUnknown = registry.makeCounter(descriptor: .named(Name.clientLookups, help: Help.clientLookups), labels: [("result", "unknown")])
         reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
@@ -121,22 +133,31 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Connections and refusals
 
-    /// Counts one client connection's outcome; `reason` is nil for a plain allow.
-    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?) {
-        if outcome == .allowed, reason == nil { return allowedConnections.increment() }
-        connectionCounter(outcome, reason: reason).increment()
+    /// Counts one client connection's outcome; `reason` is nil for a plain allow, `client` the
+    /// matching `[clients]` sections (`ClientDecision.metricLabel`).
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, client: String = noClientLabel) {
+        if outcome == .allowed, reason == nil, client == Self.noClientLabel { return allowedConnections.increment() }
+        connectionCounter(outcome, reason: reason, client: client).increment()
+    }
+
+    /// The `client` label of a connection no `[clients]` section matched.
+    public static let noClientLabel = "none"
+
+    /// A local client's socket was looked up: `found` established and held by a process.
+    public func clientLookup(found: Bool) {
+        (found ? clientLookupsFound : clientLookupsUnknown).increment()
     }
 
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
     /// `patternLabel(for:)`); `reportOnly` for an `enforce = false` entry's would-refuse.
-    public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false) {
-        let key = RefusalKey(hostPattern: hostPattern, reason: reason, reportOnly: reportOnly)
+    public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false, client: String = noClientLabel) {
+        let key = RefusalKey(hostPattern: hostPattern, reason: reason, reportOnly: reportOnly, client: client)
         refusalCounters.withLock { counters in
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.refusals, help: Help.refusals),
                 labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
-                         ("mode", reportOnly ? "report_only" : "enforce")]
+                         ("mode", reportOnly ? "report_only" : "enforce"), ("client", client)]
             )
             counters[key] = counter
             return counter
@@ -256,13 +277,13 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Private
 
-    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?) -> Counter {
+    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?, client: String) -> Counter {
         outcomeCounters.withLock { counters in
-            let key = CounterKey(outcome: outcome, reason: reason)
+            let key = CounterKey(outcome: outcome, reason: reason, client: client)
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.connections, help: Help.connections),
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none")]
+                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none"), ("client", client)]
             )
             counters[key] = counter
             return counter
