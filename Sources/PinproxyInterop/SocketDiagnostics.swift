@@ -66,6 +66,29 @@ public final class SocketDiagnostics {
         return try receive(local: local, remote: remote)
     }
 
+    /// Why client sockets cannot be looked up in this process (a sandbox without AF_NETLINK,
+    /// a kernel without inet_diag), or nil when a loopback connection of its own is found, owned
+    /// by its own user. Without a loopback connection to try, opening the socket is the test.
+    public static func selfTestProblem() -> String? {
+        let diagnostics: SocketDiagnostics
+        do {
+            diagnostics = try SocketDiagnostics()
+        } catch {
+            return error.description
+        }
+        guard let pair = LoopbackConnection() else { return nil }
+        defer { pair.close() }
+        do throws(SystemError) {
+            guard let owner = try diagnostics.lookUp(local: pair.client, remote: pair.server) else {
+                return "a loopback connection of pinproxy's own was not found"
+            }
+            guard owner.uid == geteuid() else { return "a loopback connection of pinproxy's own was reported as uid \(owner.uid), not \(geteuid())" }
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
     private struct Request {
         var header = nlmsghdr()
         var body = inet_diag_req_v2()
@@ -163,4 +186,31 @@ public final class SocketDiagnostics {
 
     /// Netlink messages and attributes start on 4-byte boundaries.
     private static func align(_ length: Int) -> Int { (length + 3) & ~3 }
+}
+
+/// A connection from 127.0.0.1 to a listener on 127.0.0.1, left in the listener's queue.
+private struct LoopbackConnection {
+    let listener: Int32
+    let socket: Int32
+    let client: SocketAddress
+    let server: SocketAddress
+
+    init?() {
+        guard let loopback = IPAddress(bytes: [127, 0, 0, 1]) else { return nil }
+        let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let bound = SocketAddress(address: loopback, port: 0).withSockaddr { bind(listener, $0, $1) == 0 } && Glibc.listen(listener, 1) == 0
+        guard listener >= 0, socket >= 0, bound, let server = SocketAddress.local(of: listener),
+              server.withSockaddr({ connect(socket, $0, $1) }) == 0, let client = SocketAddress.local(of: socket) else {
+            if listener >= 0 { Glibc.close(listener) }
+            if socket >= 0 { Glibc.close(socket) }
+            return nil
+        }
+        (self.listener, self.socket, self.client, self.server) = (listener, socket, client, server)
+    }
+
+    func close() {
+        Glibc.close(socket)
+        Glibc.close(listener)
+    }
 }

@@ -2,27 +2,18 @@ import Foundation
 import PinproxyInterop
 import TOMLKit
 
-/// A `[clients."SELECTOR"]` section as written: decoded, its user not yet looked up.
-struct RawClientSection: Sendable {
-    /// A selector as written.
-    enum Selector: Sendable, Equatable {
-        case uid(UInt32)
-        case user(String)
-        case exe(String)
-        case unit(String)
-        case unknown
-        case remote
-    }
-
-    let key: String
-    let line: Int
-    let selector: Selector
-    var allow: [HostPattern]?
-    var deny: [HostPattern] = []
-    var enforce = true
+/// A `[clients]` selector as written (and as `evaluate --client` takes it), before a user
+/// name is looked up.
+public enum ClientSelectorText: Sendable, Equatable {
+    case uid(UInt32)
+    case user(String)
+    case exe(String)
+    case unit(String)
+    case unknown
+    case remote
 
     /// The selector written as `key`, or why it is not one.
-    static func selector(_ key: String) -> Result<Selector, ClientSelectorError> {
+    public static func parse(_ key: String) -> Result<ClientSelectorText, ClientSelectorError> {
         let (kind, value) = key.firstIndex(of: ":").map { (key[..<$0], String(key[key.index(after: $0)...])) } ?? (Substring(key), "")
         switch kind {
         case "unknown" where key == "unknown": return .success(.unknown)
@@ -58,9 +49,21 @@ struct RawClientSection: Sendable {
     }
 }
 
-struct ClientSelectorError: Error {
-    let message: String
+/// Why a text is not a client selector.
+public struct ClientSelectorError: Error, Sendable, CustomStringConvertible {
+    public let message: String
     init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// A `[clients."SELECTOR"]` section as written: decoded, its user not yet looked up.
+struct RawClientSection: Sendable {
+    let key: String
+    let line: Int
+    let selector: ClientSelectorText
+    var allow: [HostPattern]?
+    var deny: [HostPattern] = []
+    var enforce = true
 }
 
 extension ConfigDecoder {
@@ -76,8 +79,8 @@ extension ConfigDecoder {
                 typeError(keyPath, value, expected: "a table such as [clients.\"\(key)\"]")
                 continue
             }
-            let selector: RawClientSection.Selector
-            switch RawClientSection.selector(key) {
+            let selector: ClientSelectorText
+            switch ClientSelectorText.parse(key) {
             case .success(let parsed): selector = parsed
             case .failure(let problem):
                 error(keyPath, "\(displayKeyPath(keyPath)): \(problem.message)")

@@ -142,19 +142,19 @@ final class ClientRulesTests: XCTestCase {
     }
 
     func testSelectorsAsWritten() {
-        let good: [(String, RawClientSection.Selector)] = [
+        let good: [(String, ClientSelectorText)] = [
             ("uid:0", .uid(0)), ("uid:1000", .uid(1000)), ("uid:4294967294", .uid(4_294_967_294)),
             ("user:www-data", .user("www-data")), ("exe:/usr/bin/git", .exe("/usr/bin/git")),
             ("unit:backup.service", .unit("backup.service")), ("unit:getty@tty1.service", .unit("getty@tty1.service")),
             ("unknown", .unknown), ("remote", .remote),
         ]
         for (key, selector) in good {
-            XCTAssertEqual(try? RawClientSection.selector(key).get(), selector, key)
+            XCTAssertEqual(try? ClientSelectorText.parse(key).get(), selector, key)
         }
         for key in ["uid:", "uid:01000", "uid:-1", "uid:4294967295", "uid:1e3", "user:", "user:a b", "user:a:b",
                     "exe:git", "exe:/usr/bin/", "exe:/usr//bin/git", "exe:/usr/bin/../bin/git", "exe:/", "unit:backup",
                     "unit:backup.timer", "unit:@.service", "unknown:x", "Remote", "gid:0", "backup.service", ""] {
-            XCTAssertNil(try? RawClientSection.selector(key).get(), key)
+            XCTAssertNil(try? ClientSelectorText.parse(key).get(), key)
         }
     }
 
