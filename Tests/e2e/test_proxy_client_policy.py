@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy_harness import TIMEOUT, Proxy, poll, proxy_factory, clean_env
+from proxy_harness import PIN_X, PIN_Y, TIMEOUT, Proxy, clean_env, poll, proxy_factory
 from service_support import Metrics
 
 HERE = Path(__file__).resolve().parent
@@ -470,3 +470,69 @@ def test_evaluate_client(pinproxy, pki, tmp_path, test_user):
     assert status == 2 and "add --client uid:N or --client user:NAME" in out, out
     status, out = evaluate("other.test", "unknown", f"uid:{NOBODY}")
     assert status == 2, out
+
+
+HOLD_A_TUNNEL = r"""
+import socket, ssl, sys
+proxy_port, host, port, ca = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+s = socket.create_connection(("127.0.0.1", proxy_port), timeout=20)
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+assert head.startswith(b"HTTP/1.1 200"), head
+tls = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname=host)
+print("open", flush=True)
+sys.stdin.readline()
+tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+answer = b""
+while chunk := tls.recv(65536):
+    answer += chunk
+print(answer.split(b"\r\n")[0].decode(), flush=True)
+"""
+
+
+def test_a_reload_applies_to_new_connections_only(make_proxy, origins):
+    p = make_proxy('[clients."unit:none-such.service"]\n\n[clients."unknown"]\n')
+    held = subprocess.Popen(p.namespace.argv([sys.executable, "-c", HOLD_A_TUNNEL, str(p.port), "other.test",
+                                              str(origins["other"]), str(p.public_ca)], user=NOBODY),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert held.stdout.readline().strip() == "open"
+        p.write_config(p.config_text + f'\n[clients."uid:{NOBODY}"]\nallow = []\n')
+        assert p.reload().get("outcome") == "ok"
+        assert fetch(p, "other.test", origins, user=NOBODY) == 403
+        held.stdin.write("go\n")
+        held.stdin.flush()
+        assert held.stdout.readline().startswith("HTTP/1.0 200"), "the tunnel opened before the reload was cut"
+    finally:
+        held.kill()
+        held.wait(10)
+
+
+def test_reports_carry_the_client_only_when_asked(make_proxy, origins):
+    for asked in (False, True):
+        p = make_proxy(f'[hosts."other.test"]\ntrust = ["root-a.pem"]\npin = "public-key"\npins = ["{PIN_X}", "{PIN_Y}"]\n\n'
+                       f'[clients."uid:{NOBODY}"]\n', report_to=["file:reports.jsonl"], report_client_identity=asked)
+        assert fetch(p, "other.test", origins, user=NOBODY) == 403
+        reports = p.dir / "reports.jsonl"
+        report = json.loads(poll(lambda: reports.exists() and reports.read_text().strip(), what="a pin-failure report"))
+        assert report["pinproxy-reason"] == "pin-mismatch", report
+        if asked:
+            assert report["pinproxy-client"]["uid"] == NOBODY and report["pinproxy-client"]["user"] == "nobody", report
+        else:
+            assert "pinproxy-client" not in report, report
+
+
+def test_verify_command_is_told_the_client_and_caches_per_client(make_proxy, origins, test_user, public_dir):
+    calls = public_dir / "verify-calls"
+    calls.write_text("")
+    calls.chmod(0o666)
+    script = public_dir / "verify.sh"
+    script.write_text(f'#!/bin/sh\necho "$PINPROXY_CLIENT $PINPROXY_CLIENT_UID $PINPROXY_CLIENT_USER" >> {calls}\ncat >/dev/null\n')
+    script.chmod(0o755)
+    p = make_proxy(f'[hosts."other.test"]\ntrust = ["root-a.pem"]\nverify_command = ["{script}"]\n\n[clients."unknown"]\n',
+                   verify_command_cache=300)
+    for user in (NOBODY, NOBODY, TEST_USER):
+        assert fetch(p, "other.test", origins, user=user) == 200
+    assert calls.read_text().splitlines() == [f"local {NOBODY} nobody", f"local {test_user.pw_uid} {TEST_USER}"]
