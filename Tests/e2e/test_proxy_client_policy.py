@@ -536,3 +536,23 @@ def test_verify_command_is_told_the_client_and_caches_per_client(make_proxy, ori
     for user in (NOBODY, NOBODY, TEST_USER):
         assert fetch(p, "other.test", origins, user=user) == 200
     assert calls.read_text().splitlines() == [f"local {NOBODY} nobody", f"local {test_user.pw_uid} {TEST_USER}"]
+
+
+def test_check_and_start_refuse_exe_sections_that_cannot_match_here(pinproxy, public_dir):
+    """Without CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (the shipped unit grants neither), which
+    program holds another user's socket cannot be read: exe: sections are an error, not a rule
+    that silently never matches. As root with them, the same config is fine."""
+    config = public_dir / "exe-rules.toml"
+    config.write_text('[proxy]\nlisten = ["127.0.0.1:1"]\n\n[clients."uid:0"]\n\n[clients."exe:/usr/bin/git"]\nallow = ["git.test"]\n')
+    config.chmod(0o644)
+    check = [str(pinproxy), "check", "--config", str(config)]
+    as_root = subprocess.run(check, capture_output=True, text=True, timeout=TIMEOUT, env=clean_env())
+    assert as_root.returncode == 0 and "clients: 2 section(s): uid:0, exe:/usr/bin/git" in as_root.stdout, as_root.stdout + as_root.stderr
+    for confined in (["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"],
+                     ["setpriv", "--bounding-set=-sys_ptrace,-dac_read_search"]):
+        done = subprocess.run([*confined, *check], capture_output=True, text=True, timeout=TIMEOUT, env=clean_env())
+        assert done.returncode == 1, f"{confined}: {done.stdout}{done.stderr}"
+        assert f'{config}:6: clients."exe:/usr/bin/git": exe: sections cannot identify other users\' programs here' in done.stderr, done.stderr
+    run = subprocess.run(["setpriv", "--bounding-set=-sys_ptrace", str(pinproxy), "run", "--config", str(config)],
+                         capture_output=True, text=True, timeout=TIMEOUT, env=clean_env())
+    assert run.returncode == 1 and "event=start-failed" in run.stderr and "CAP_SYS_PTRACE" in run.stderr, run.stderr
