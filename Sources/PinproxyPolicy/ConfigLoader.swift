@@ -163,9 +163,9 @@ private struct Load {
             var clientsDecoder = ConfigDecoder()
             if let table = clientsDecoder.table("clients", in: document) {
                 let raw = clientsDecoder.decodeClients(table) { [index] key in index.line(of: ["clients", key]) }
-                let checked = ClientRulesCheck.rules(raw)
-                clients = checked.0
-                findings += checked.1
+                let (rules, found) = ClientRulesCheck.rules(raw)
+                clients = rules
+                findings += found
             }
             findings += clientsDecoder.findings
         }
