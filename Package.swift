@@ -1,16 +1,29 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// The commit `pinproxy --version` names and its date, from the environment scripts/build-info
+// sets up (scripts/run, scripts/install.sh, scripts/package source it). Not from git here:
+// SwiftPM caches this manifest across commits, so what it asked git would go stale. Without
+// them the binary says "commit unknown". Only the characters a hash or a date holds are kept.
+let buildInfo: [CSetting] = ["PINPROXY_COMMIT", "PINPROXY_COMMIT_DATE"].map { name in
+    let value = (Context.environment[name] ?? "").filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }
+    return .define(name, to: "\"\(value)\"")
+}
+
 let package = Package(
     name: "pinproxy",
     products: [
         .executable(name: "pinproxy", targets: ["pinproxy"])
     ],
+    // Every dependency at an exact version, swift-prometheus's own two included, so that a build
+    // today and one next year compile the same code (Package.resolved is not kept).
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
-        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", exact: "1.16.2"),
+        .package(url: "https://github.com/LebJe/TOMLKit", exact: "0.6.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", exact: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-atomics.git", exact: "1.3.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
     ],
     targets: [
         // OpenSSL 3 and libevent, found with pkg-config.
@@ -29,10 +42,15 @@ let package = Package(
             name: "CPinproxyShims",
             dependencies: ["COpenSSL", "CLibevent"]
         ),
+        // The build's commit and date (see buildInfo above).
+        .target(
+            name: "CPinproxyBuild",
+            cSettings: buildInfo
+        ),
         // Every unsafe pointer lives here: Swift types that own OpenSSL and libevent objects.
         .target(
             name: "PinproxyInterop",
-            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims"]
+            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims", "CPinproxyBuild"]
         ),
         // The pure trust decision and the config loader: no sockets.
         .target(
@@ -53,6 +71,9 @@ let package = Package(
             dependencies: [
                 "PinproxyInterop", "PinproxyPolicy",
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                // Linked through Prometheus anyway; named so that their pins above apply.
+                .product(name: "Atomics", package: "swift-atomics"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .executableTarget(

@@ -219,11 +219,11 @@ http {{
 
 class Daemon:
     """pinproxy on 127.0.0.1, pinning the origin's key for `localhost`; `denied.test` is denied by
-    policy. `wrapper` (e.g. valgrind) is put in front of the binary; `extra_config` ends the
-    config; `name` is its directory under `work`."""
+    policy. `wrapper` (e.g. valgrind) is put in front of the binary; `name` is its directory
+    under `work`."""
 
-    def __init__(self, binary, work, pki, origin, pin, log_path=None, wrapper=(), extra_proxy="", start_timeout=60,
-                 extra_config="", name="pinproxy"):
+    def __init__(self, binary, work, pki, origin, pin, log_path=None, wrapper=(), extra_proxy="", extra_tables="", start_timeout=60,
+                 name="pinproxy"):
         self.port = free_port()
         self.directory = os.path.join(work, name)
         os.makedirs(self.directory, exist_ok=True)
@@ -248,7 +248,7 @@ trust = ["{pki}/origin-ca.pem"]
 pin = "public-key"
 pins = ["sha256/{pin}", "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="]
 ports = {ports}
-{extra_config}""")
+{extra_tables}""")
         ca = subprocess.run([binary, "ca", "--config", self.config], check=True, capture_output=True, text=True).stdout
         self.ca_path = ca.splitlines()[0]
         self.log_path = log_path or os.devnull

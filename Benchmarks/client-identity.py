@@ -68,7 +68,7 @@ class IdentityBench:
         self.daemons = {}
         for name, extra in (("none", ""), ("clients", sections(False)), ("exe", sections(True))):
             self.daemons[name] = b.Daemon(options.bin, self.work, pki, self.origin, pin, name=f"pinproxy-{name}",
-                                          log_path=os.path.join(self.work, f"pinproxy-{name}.log"), extra_config=extra)
+                                          log_path=os.path.join(self.work, f"pinproxy-{name}.log"), extra_tables=extra)
         self.results = {}  # (figure, daemon) -> [values]
 
     def url(self, n):

@@ -5,6 +5,7 @@ all on loopback. Not a test: it prints a table and exits 0.
     Benchmarks/proxy-bench.py [--bin .build/release/pinproxy] [--runs 3] [--n-new 500] [--conc 32]
                               [--n-ka 5000] [--bulk-mib 256] [--n-idle 1000] [--figures new1,new32,ka,bulk,idle]
     Benchmarks/proxy-bench.py --instructions   # the same work under callgrind: instructions per unit (new connections at c=1 and c=CONC)
+    Benchmarks/proxy-bench.py --transparent --figures new1,new32   # also through the transparent listener (root)
 
 Figures (curl is the client, as in ../shared/bench; pinproxy pins the origin's key; curl never
 resumes its own TLS session, pinproxy resumes upstream):
@@ -15,6 +16,11 @@ resumes its own TLS session, pinproxy resumes upstream):
   idle   pinproxy's RSS per idle tunnel: N_IDLE tunnels (CONNECT, TLS, one request) held open
 Direct and pinproxy runs alternate (interleaved), medians of RUNS. On a shared machine rely on the
 CPU figures and the instruction counts (--instructions), not on wall-clock rates.
+
+--transparent adds a third peer: the same daemon's transparent listener, curl with no proxy at all,
+sent there by the egress lock (`pinproxy egress apply`, capturing the origin's port). The run then
+happens in a network namespace of its own (unshare -n, so the host's ruleset is never touched), as
+root; curl runs as user nobody there, since root is the exempt user (pinproxy's own connections).
 """
 
 import os
@@ -31,9 +37,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as b  # noqa: E402
 
 
-def curl(args, url, ca, proxy_port):
+def curl(args, url, ca, proxy_port, as_nobody=False):
     command = ["curl", "--http1.1", "-sS", "--cacert", ca, "--max-time", "120", *args]
     command += ["-x", f"http://127.0.0.1:{proxy_port}"] if proxy_port else ["--noproxy", "*"]
+    if as_nobody:  # not exempt from the egress lock: captured
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     started = time.monotonic()
     result = subprocess.run(command + [url], capture_output=True, text=True, env=env, timeout=600)
@@ -56,8 +64,18 @@ class Bench:
             binary = b.valgrind_binary(options.bin, self.work)
             self.callgrind_out = os.path.join(self.work, "callgrind.out")
             wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.callgrind_out}")
+        extra_proxy = extra_tables = ""
+        if options.transparent:
+            listener = b.free_port()
+            extra_proxy = f'transparent_listen = ["127.0.0.1:{listener}", "[::1]:{listener}"]'
+            extra_tables = f'\n[capture]\nports = [{self.origin.port}]\nlocal = true\nexempt_users = ["root"]\n'
         self.daemon = b.Daemon(binary, self.work, pki, self.origin, pin, log_path=os.path.join(self.work, "pinproxy.log"),
-                               wrapper=wrapper, start_timeout=600)
+                               wrapper=wrapper, extra_proxy=extra_proxy, extra_tables=extra_tables, start_timeout=600)
+        if options.transparent:
+            subprocess.run([binary, "egress", "apply", "--config", self.daemon.config], check=True, capture_output=True)
+            # User nobody must read the CA it trusts.
+            self.public_ca = os.path.join(self.work, "pinproxy-ca.pem")
+            subprocess.run(["install", "-m", "0644", self.daemon.ca_path, self.public_ca], check=True)
         if options.instructions:
             subprocess.run(["callgrind_control", "-i", "on", str(self.daemon.pid)], check=True, capture_output=True)
         self.results = {}  # (figure, peer) -> [values]
@@ -66,7 +84,11 @@ class Bench:
         return f"https://localhost:{self.origin.port}{path}"
 
     def peers(self):
-        return [("direct", None, self.origin_ca), ("pinproxy", self.daemon.port, self.daemon.ca_path)]
+        """(name, proxy port, CA, captured): captured peers are curl as nobody, with no proxy."""
+        peers = [("direct", None, self.origin_ca, False), ("pinproxy", self.daemon.port, self.daemon.ca_path, False)]
+        if self.options.transparent:
+            peers.append(("transparent", None, self.public_ca, True))
+        return peers
 
     def record(self, figure, peer, value):
         self.results.setdefault((figure, peer), []).append(value)
@@ -80,8 +102,8 @@ class Bench:
         return result, b.cpu_seconds(self.daemon.pid) - cpu0, wall
 
     def check(self):
-        for name, port, ca in self.peers():
-            out, _ = curl(["-o", "/dev/null", "-w", "%{http_code}"], self.url("/small.txt"), ca, port)
+        for name, port, ca, captured in self.peers():
+            out, _ = curl(["-o", "/dev/null", "-w", "%{http_code}"], self.url("/small.txt"), ca, port, captured)
             if out != "200":
                 raise SystemExit(f"{name}: sanity request answered {out!r}")
         out, _ = curl(["-o", "/dev/null", "-w", "%{http_connect}"], f"https://localhost:{self.origin.altkey_port}/small.txt",
@@ -91,6 +113,9 @@ class Bench:
         # Warm-up: minted leaf, upstream session, allocator.
         curl(["--no-sessionid", "-H", "Connection: close", "--parallel", "--parallel-max", "8", "-o", "/dev/null"],
              self.url("/small.txt?w=[1-50]"), self.daemon.ca_path, self.daemon.port)
+        if self.options.transparent:
+            curl(["--no-sessionid", "-H", "Connection: close", "--parallel", "--parallel-max", "8", "-o", "/dev/null"],
+                 self.url("/small.txt?w=[1-50]"), self.public_ca, None, True)
 
     def new_connections(self, run, conc):
         n = self.options.n_new
@@ -98,8 +123,8 @@ class Bench:
         if conc > 1:
             args += ["--parallel", "--parallel-immediate", "--parallel-max", str(conc)]
         figure = f"new{conc}"
-        for name, port, ca in rotate(self.peers(), run):
-            (out, _), cpu, wall = self.measured(port, lambda: curl(args, self.url(f"/small.txt?n=[1-{n}]"), ca, port))
+        for name, port, ca, captured in rotate(self.peers(), run):
+            (out, _), cpu, wall = self.measured(port, lambda: curl(args, self.url(f"/small.txt?n=[1-{n}]"), ca, port, captured))
             lines = [line.split() for line in out.splitlines() if line.strip()]
             ok = [float(t) for code, t in lines if code == "200"]
             if len(ok) != n:
@@ -107,36 +132,36 @@ class Bench:
             self.record(f"{figure}_rps", name, len(ok) / wall)
             if conc == 1:
                 self.record("new1_latency_ms", name, 1000 * statistics.mean(ok) if ok else float("nan"))
-            if port:
+            if port or captured:
                 self.record(f"{figure}_cpu_ms", name, 1000 * cpu / n)
             b.log(f"{name} {figure} run {run}: {len(ok) / wall:.0f} req/s, mean {1000 * statistics.mean(ok):.2f} ms"
-                  + (f", pinproxy CPU {1000 * cpu / n:.3f} ms/conn" if port else ""))
+                  + (f", pinproxy CPU {1000 * cpu / n:.3f} ms/conn" if port or captured else ""))
 
     def keep_alive(self, run):
         n = self.options.n_ka
-        for name, port, ca in rotate(self.peers(), run):
+        for name, port, ca, captured in rotate(self.peers(), run):
             (out, _), cpu, wall = self.measured(port, lambda: curl(["-o", "/dev/null", "-w", "%{http_code}\n"],
-                                                                   self.url(f"/small.txt?n=[1-{n}]"), ca, port))
+                                                                   self.url(f"/small.txt?n=[1-{n}]"), ca, port, captured))
             ok = out.split().count("200")
             if ok != n:
                 b.log(f"WARNING {name} ka: {ok} of {n} requests answered 200")
             self.record("ka_rps", name, ok / wall)
-            if port:
+            if port or captured:
                 self.record("ka_cpu_us", name, 1e6 * cpu / n)
-            b.log(f"{name} keep-alive run {run}: {ok / wall:.0f} req/s" + (f", pinproxy CPU {1e6 * cpu / n:.1f} µs/request" if port else ""))
+            b.log(f"{name} keep-alive run {run}: {ok / wall:.0f} req/s" + (f", pinproxy CPU {1e6 * cpu / n:.1f} µs/request" if port or captured else ""))
 
     def bulk(self, run):
         size = self.options.bulk_mib << 20
-        for name, port, ca in rotate(self.peers(), run):
+        for name, port, ca, captured in rotate(self.peers(), run):
             (out, _), cpu, wall = self.measured(port, lambda: curl(["-o", "/dev/null", "-w", "%{http_code} %{size_download}"],
-                                                                   self.url("/large.bin"), ca, port))
+                                                                   self.url("/large.bin"), ca, port, captured))
             if out.split() != ["200", str(size)]:
                 b.log(f"WARNING {name} bulk: {out!r}")
                 continue
             self.record("bulk_MBps", name, size / wall / 1e6)
-            if port:
+            if port or captured:
                 self.record("bulk_cpu_s_per_GB", name, cpu / (size / 1e9))
-            b.log(f"{name} bulk run {run}: {size / wall / 1e6:.0f} MB/s" + (f", pinproxy CPU {cpu / (size / 1e9):.2f} s/GB" if port else ""))
+            b.log(f"{name} bulk run {run}: {size / wall / 1e6:.0f} MB/s" + (f", pinproxy CPU {cpu / (size / 1e9):.2f} s/GB" if port or captured else ""))
 
     def idle(self):
         n = self.options.n_idle
@@ -181,13 +206,22 @@ class Bench:
             ("instructions per keep-alive request", n_ka,
              lambda: curl(["-o", "/dev/null"], self.url(f"/small.txt?n=[1-{n_ka}]"), ca, port)),
         ]
+        if self.options.transparent:
+            new = ["--no-sessionid", "-H", "Connection: close", "-o", "/dev/null"]
+            work[2:2] = [
+                ("instructions per new connection, transparent (c=1)", n_new,
+                 lambda: curl(new, self.url(f"/small.txt?n=[1-{n_new}]"), self.public_ca, None, True)),
+                (f"instructions per new connection, transparent (c={self.options.conc})", n_new,
+                 lambda: curl([*new, "--parallel", "--parallel-max", str(self.options.conc)], self.url(f"/small.txt?n=[1-{n_new}]"),
+                              self.public_ca, None, True)),
+            ]
         if "bulk" in self.options.figures:
             work.append(("instructions per MB relayed (bulk)", (mib << 20) / 1e6,
                          lambda: curl(["-o", "/dev/null"], self.url("/large.bin"), ca, port)))
         for label, units, run in work:
             zero()
             run()
-            total = dump(label.split()[2])
+            total = dump(f"figure{len(figures)}")
             figures.append((label, total / units))
             b.log(f"{label}: {total / units:,.0f}")
         return figures
@@ -199,7 +233,7 @@ class Bench:
             figures = self.instructions()
             print()
             for label, value in figures:
-                print(f"{label:45} {value:14,.0f}")
+                print(f"{label:55} {value:14,.0f}")
             return
         for run in range(1, o.runs + 1):
             if "new1" in o.figures:
@@ -218,6 +252,7 @@ class Bench:
     def report(self):
         rows = [("new connection, c=1: mean latency (ms)", "new1_latency_ms", False),
                 ("new connections, c=1 (req/s)", "new1_rps", False),
+                ("pinproxy CPU per new connection, c=1 (ms)", "new1_cpu_ms", True),
                 (f"new connections, c={self.options.conc} (req/s)", f"new{self.options.conc}_rps", False),
                 (f"pinproxy CPU per new connection, c={self.options.conc} (ms)", f"new{self.options.conc}_cpu_ms", True),
                 ("keep-alive (req/s)", "ka_rps", False),
@@ -225,7 +260,9 @@ class Bench:
                 ("bulk (MB/s)", "bulk_MBps", False),
                 ("pinproxy CPU per GB relayed (s)", "bulk_cpu_s_per_GB", True),
                 ("pinproxy RSS per idle tunnel (KiB)", "idle_kib_per_tunnel", True)]
-        print(f"\n| figure (median of {self.options.runs}) | direct | pinproxy | pinproxy ÷ direct |\n|---|---:|---:|---:|")
+        transparent = self.options.transparent
+        extra = (" transparent | transparent ÷ pinproxy |", "---:|---:|") if transparent else ("", "")
+        print(f"\n| figure (median of {self.options.runs}) | direct | pinproxy | pinproxy ÷ direct |{extra[0]}\n|---|---:|---:|---:|{extra[1]}")
         for label, key, proxy_only in rows:
             direct = self.results.get((key, "direct"))
             proxy = self.results.get((key, "pinproxy"))
@@ -234,7 +271,11 @@ class Bench:
             p = statistics.median(proxy)
             d = statistics.median(direct) if direct else None
             ratio = f"{p / d:.2f}×" if d else "–"
-            print(f"| {label} | {'–' if d is None else f'{d:.3g}'} | {p:.3g} | {ratio} |")
+            line = f"| {label} | {'–' if d is None else f'{d:.3g}'} | {p:.3g} | {ratio} |"
+            if transparent:
+                t = self.results.get((key, "transparent"))
+                line += f" {statistics.median(t):.3g} | {statistics.median(t) / p:.3f}× |" if t else " – | – |"
+            print(line)
 
     def close(self):
         self.daemon.stop()
@@ -260,7 +301,16 @@ def main():
     parser.add_argument("--figures", default="new1,new32,ka,bulk,idle")
     parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--transparent", action="store_true",
+                        help="also through the transparent listener (root; runs in a network namespace of its own)")
     options = parser.parse_args()
+    if options.transparent and os.environ.get("PINPROXY_BENCH_NETNS") != "1":
+        if os.geteuid() != 0:
+            raise SystemExit("--transparent needs root (a network namespace, nftables, curl as user nobody)")
+        # Again, inside a network namespace of its own: the egress lock never touches the host's ruleset.
+        os.execvpe("unshare", ["unshare", "-n", sys.executable, *sys.argv], {**os.environ, "PINPROXY_BENCH_NETNS": "1"})
+    if options.transparent:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     options.figures = set(options.figures.split(","))
     if options.instructions:
         options.n_new = min(options.n_new, 200)

@@ -2,11 +2,20 @@
 # Installs pinproxy as a systemd service:
 #   - builds the release binary (swift build -c release) and installs it as
 #     $PREFIX/bin/pinproxy (PREFIX defaults to /usr/local);
-#   - installs systemd/pinproxy.service and systemd/pinproxy.socket into
-#     /etc/systemd/system/;
+#   - installs systemd/pinproxy.service, pinproxy.socket and
+#     pinproxy-egress.service into /etc/systemd/system/;
+#   - creates the static system user pinproxy the service runs as (useradd
+#     --system; not under DESTDIR, where it prints the command instead);
 #   - installs config/pinproxy.toml as /etc/pinproxy/pinproxy.toml unless that
 #     file already exists (an existing config is never overwritten);
+#   - installs the man pages (pinproxy.1, pinproxy-COMMAND.1, made from the
+#     binary's own help by scripts/manpages) under $PREFIX/share/man/man1, and the
+#     bash, zsh and fish completions under $PREFIX/share;
 #   - prints the systemctl commands that enable it. It runs no systemctl itself.
+#
+#   scripts/install.sh --uninstall   removes what it installed (the binary, the
+#     units, the man pages and completions); keeps /etc/pinproxy and the CA in
+#     /var/lib/pinproxy, and says so. Stop the service first.
 #
 # Environment:
 #   DESTDIR=/tmp/stage      stage everything under this root instead of /
@@ -22,6 +31,16 @@ destdir=${DESTDIR:-}
 prefix=${PREFIX:-/usr/local}
 unitdir=/etc/systemd/system
 confdir=/etc/pinproxy
+mandir=$prefix/share/man/man1
+bashdir=$prefix/share/bash-completion/completions
+zshdir=$prefix/share/zsh/site-functions
+fishdir=$prefix/share/fish/vendor_completions.d
+uninstall=false
+case ${1:-} in
+    --uninstall) uninstall=true ;;
+    "") ;;
+    *) echo "usage: scripts/install.sh [--uninstall]" >&2; exit 2 ;;
+esac
 
 case $prefix in
     /*) ;;
@@ -38,11 +57,31 @@ if [ -z "$destdir" ] && [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
+if $uninstall; then
+    for file in "$destdir$prefix/bin/pinproxy" "$destdir$unitdir/pinproxy.service" "$destdir$unitdir/pinproxy.socket" \
+        "$destdir$bashdir/pinproxy" "$destdir$zshdir/_pinproxy" "$destdir$fishdir/pinproxy.fish" \
+        "$destdir$mandir"/pinproxy.1 "$destdir$mandir"/pinproxy-*.1; do
+        if [ -e "$file" ]; then
+            echo "==> removing $file"
+            rm -f "$file"
+        fi
+    done
+    cat <<EOF
+
+Uninstalled. Kept: $confdir (your config) and the local CA in /var/lib/pinproxy
+(clients that trust it still do: remove it from them, e.g. from
+/usr/local/share/ca-certificates, then update-ca-certificates). If the service was
+enabled, run:  systemctl disable --now pinproxy.socket pinproxy.service; systemctl daemon-reload
+EOF
+    exit 0
+fi
+
 # 1. The binary.
 if [ -n "${PINPROXY_BINARY:-}" ]; then
     binary=$PINPROXY_BINARY
 else
     "$repo/scripts/setup"
+    . "$repo/scripts/build-info"
     echo "==> swift build -c release --product pinproxy"
     (cd "$repo" && swift build -c release --product pinproxy)
     binary=$(cd "$repo" && swift build -c release --show-bin-path)/pinproxy
@@ -56,13 +95,28 @@ install -d -m 0755 "$destdir$prefix/bin"
 install -m 0755 "$binary" "$destdir$prefix/bin/pinproxy"
 
 # 2. The units (ExecStart names the installed binary).
-echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket"
+echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket, pinproxy-egress.service"
 install -d -m 0755 "$destdir$unitdir"
 sed "s#^ExecStart=/usr/local/bin/pinproxy #ExecStart=$prefix/bin/pinproxy #" \
     "$repo/systemd/pinproxy.service" > "$destdir$unitdir/pinproxy.service.tmp"
 chmod 0644 "$destdir$unitdir/pinproxy.service.tmp"
 mv -f "$destdir$unitdir/pinproxy.service.tmp" "$destdir$unitdir/pinproxy.service"
 install -m 0644 "$repo/systemd/pinproxy.socket" "$destdir$unitdir/pinproxy.socket"
+sed "s#^\(Exec[A-Za-z]*=\)/usr/local/bin/pinproxy #\1$prefix/bin/pinproxy #" \
+    "$repo/systemd/pinproxy-egress.service" > "$destdir$unitdir/pinproxy-egress.service.tmp"
+chmod 0644 "$destdir$unitdir/pinproxy-egress.service.tmp"
+mv -f "$destdir$unitdir/pinproxy-egress.service.tmp" "$destdir$unitdir/pinproxy-egress.service"
+
+# The static user the service runs as: the egress lock exempts its processes by uid.
+useradd_command="useradd --system --user-group --home-dir /var/lib/pinproxy --no-create-home --shell /usr/sbin/nologin pinproxy"
+if [ -n "$destdir" ]; then
+    echo "==> not creating the user pinproxy under DESTDIR; on the target system run: $useradd_command"
+elif id -u pinproxy >/dev/null 2>&1; then
+    echo "==> user pinproxy exists"
+else
+    echo "==> $useradd_command"
+    $useradd_command
+fi
 
 # 3. A starter config, only when there is none.
 install -d -m 0755 "$destdir$confdir"
@@ -73,6 +127,22 @@ else
     install -m 0644 "$repo/config/pinproxy.toml" "$destdir$confdir/pinproxy.toml"
 fi
 
+# 4. Man pages, from the binary's own help.
+echo "==> $destdir$mandir/pinproxy.1, pinproxy-COMMAND.1"
+pages=$(mktemp -d)
+trap 'rm -rf "$pages"' EXIT
+"$repo/scripts/manpages" "$binary" "$pages"
+install -d -m 0755 "$destdir$mandir"
+install -m 0644 "$pages"/*.1 "$destdir$mandir/"
+
+# 5. Shell completions.
+echo "==> completions for bash, zsh and fish under $destdir$prefix/share"
+install -d -m 0755 "$destdir$bashdir" "$destdir$zshdir" "$destdir$fishdir"
+"$binary" --generate-completion-script bash > "$destdir$bashdir/pinproxy"
+"$binary" --generate-completion-script zsh > "$destdir$zshdir/_pinproxy"
+"$binary" --generate-completion-script fish > "$destdir$fishdir/pinproxy.fish"
+chmod 0644 "$destdir$bashdir/pinproxy" "$destdir$zshdir/_pinproxy" "$destdir$fishdir/pinproxy.fish"
+
 cat <<EOF
 
 Installed. To start pinproxy now and at every boot:
@@ -80,9 +150,14 @@ Installed. To start pinproxy now and at every boot:
     systemctl daemon-reload && systemctl enable --now pinproxy
 
 Then point clients at it:  HTTPS_PROXY=http://127.0.0.1:3128
+To send every process's HTTPS through it instead (the egress lock), set
+transparent_listen in [proxy] and [capture], then:
+
+    systemctl enable --now pinproxy-egress
+
 Edit $confdir/pinproxy.toml, check it with
 '$prefix/bin/pinproxy check --config $confdir/pinproxy.toml',
-and apply it with 'systemctl reload pinproxy'.
+and apply it with 'systemctl reload pinproxy'. See man pinproxy.
 EOF
 if [ -n "$destdir" ]; then
     echo "(staged under $destdir: copy the tree to / before running systemctl)"

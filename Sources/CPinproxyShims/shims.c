@@ -1,4 +1,11 @@
 #include "CPinproxyShims.h"
+#include <netinet/in.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
+
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 STACK_OF(X509) *pp_sk_X509_new_null(void) { return sk_X509_new_null(); }
 int pp_sk_X509_push(STACK_OF(X509) *stack, X509 *cert) { return sk_X509_push(stack, cert); }
@@ -48,3 +55,15 @@ void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION
 
 uint64_t pp_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
 uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void) { return SSL_OP_CIPHER_SERVER_PREFERENCE; }
+
+int pp_pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+int pp_SO_ORIGINAL_DST(void) { return SO_ORIGINAL_DST; }
+int pp_IP6T_SO_ORIGINAL_DST(void) { return IP6T_SO_ORIGINAL_DST; }

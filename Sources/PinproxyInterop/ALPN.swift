@@ -10,6 +10,7 @@ public struct ALPNProtocol: Hashable, Sendable, CustomStringConvertible {
         self.bytes = bytes
     }
 
+    // Literals of 2 and 8 bytes, within 1...255: never nil.
     public static let h2 = ALPNProtocol(bytes: Array("h2".utf8))!
     public static let http11 = ALPNProtocol(bytes: Array("http/1.1".utf8))!
 

@@ -82,6 +82,9 @@ public final class AdminHTTPServer: @unchecked Sendable {
     public let host: String
     /// The port it listens on: the one asked for, or the kernel's choice for port 0.
     public let boundPort: UInt16
+    /// The address and port it listens on.
+    public var boundAddress: SocketAddress { SocketAddress(address: address, port: boundPort) }
+    private let address: IPAddress
 
     /// Admin connections open at most, by default.
     public static let defaultMaxConnections = 16
@@ -109,6 +112,7 @@ public final class AdminHTTPServer: @unchecked Sendable {
         let fd = evhttp_bound_socket_get_fd(bound)
         self.http = http
         self.host = host
+        self.address = address
         self.boundPort = Self.localPort(of: fd) ?? port
 
         // Admin requests are tiny: refuse anything large, cut idle connections.

@@ -3,9 +3,10 @@ import Foundation
 import COpenSSL
 import CPinproxyShims
 
-/// A direct, blocking TLS client connection, for the commands (`diagnose`) and the report
-/// sender's own thread: never used on the daemon's event loops. It verifies nothing itself:
-/// its caller runs the verdict on `chain` before it trusts the peer with a byte.
+/// A direct, blocking TLS client connection, for the commands (`diagnose`, `pin --connect`) and
+/// the report sender's own thread: never used on the daemon's event loops. One deadline bounds
+/// the connect, the handshake and every read and write. It verifies nothing itself: its caller
+/// runs the verdict on `chain` before it trusts the peer with a byte.
 public final class BlockingTLSConnection {
     /// A protocol version to offer, alone.
     public enum Version: String, CaseIterable, Sendable {
@@ -24,9 +25,25 @@ public final class BlockingTLSConnection {
         public var isDeprecated: Bool { self == .tls11 || self == .tls10 }
     }
 
+    /// A handshake that did not complete, with the certificates that had arrived.
+    public struct HandshakeFailure: Error, CustomStringConvertible {
+        /// Why: a `TimedOut`, or OpenSSL's (or the system's) error.
+        public let cause: any Error
+        /// The certificates the server had sent, leaf first; it has not proven it holds the
+        /// leaf's key.
+        public let chain: [Certificate]
+        /// The protocol as far as it was negotiated, e.g. `TLSv1.2`.
+        public let protocolVersion: String
+
+        public var description: String { "\(cause)" }
+    }
+
     private let context: OpaquePointer
     private let ssl: OpaquePointer
     private let socket: Int32
+    private let deadline: Deadline
+    /// `ADDRESS:PORT`, for messages.
+    private let peer: String
 
     /// The negotiated protocol, e.g. `TLSv1.3`.
     public let version: String
@@ -43,11 +60,15 @@ public final class BlockingTLSConnection {
     /// Connects to `host` (a name to resolve, or an address literal) on `port`, sends SNI =
     /// `serverName` when given, offers only `version` (every version from 1.2 up when nil) and
     /// the `alpn` protocols, asks for an OCSP staple when `requestStaple`, and completes the
-    /// handshake. Every read and write waits at most `timeout`.
+    /// handshake, all before `deadline`; `write` and `readAll` have only what is left of it.
+    /// Throws `TimedOut` or `OpenSSLError` when no connection was made, and `HandshakeFailure`
+    /// when the handshake did not complete.
     public init(host: String, port: UInt16, serverName: String?, version: Version? = nil, alpn: [String] = [],
-                requestStaple: Bool = false, timeout: TimeInterval) throws {
+                requestStaple: Bool = false, deadline: Deadline) throws {
         guard let context = SSL_CTX_new(TLS_client_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
         SSL_CTX_set_verify(context, SSL_VERIFY_NONE, nil)
+        // A write that must wait is retried from wherever the buffer is then.
+        _ = SSL_CTX_ctrl(context, SSL_CTRL_MODE, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
         if let version {
             // A diagnosis must be able to see what a server still accepts, old versions included.
             SSL_CTX_set_security_level(context, 0)
@@ -65,7 +86,7 @@ public final class BlockingTLSConnection {
             }
         }
         let socket: Int32
-        do { socket = try Self.connect(host: host, port: port, timeout: timeout) } catch {
+        do { socket = try Self.connect(host: host, port: port, deadline: deadline) } catch {
             SSL_CTX_free(context)
             throw error
         }
@@ -74,27 +95,27 @@ public final class BlockingTLSConnection {
             SSL_CTX_free(context)
             throw OpenSSLError.drain("SSL_new")
         }
+        let peer = Self.peer(host, port)
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         if requestStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
         SSL_set_fd(ssl, socket)
-        guard SSL_connect(ssl) == 1 else {
-            let error = OpenSSLError.drain("the TLS handshake failed")
+        let handshake = Self.step(ssl, socket: socket, deadline: deadline) { SSL_connect(ssl) }
+        guard let handshake, handshake.result == 1 else {
+            let operation = "the TLS handshake with \(peer)"
+            let cause: any Error = handshake.map { Self.failure(operation, code: $0.code, errno: $0.errno) } ?? deadline.timedOut(operation)
+            let failure = HandshakeFailure(cause: cause, chain: Self.peerChain(ssl), protocolVersion: String(cString: SSL_get_version(ssl)))
             SSL_free(ssl)
             close(socket)
             SSL_CTX_free(context)
-            throw error
+            throw failure
         }
         self.context = context
         self.ssl = ssl
         self.socket = socket
+        self.deadline = deadline
+        self.peer = peer
 
-        var chain: [Certificate] = []
-        if let stack = SSL_get_peer_cert_chain(ssl) {
-            for index in 0..<pp_sk_X509_num(stack) {
-                if let cert = pp_sk_X509_value(stack, index) { chain.append(Certificate(retaining: cert)) }
-            }
-        }
-        self.chain = chain
+        chain = Self.peerChain(ssl)
         let cipher = SSL_get_current_cipher(ssl)
         let keyExchange = cipher.map { SSL_CIPHER_get_kx_nid($0) } ?? NID_undef
         self.cipher = cipher.map { String(cString: SSL_CIPHER_get_name($0)) } ?? "none"
@@ -110,41 +131,52 @@ public final class BlockingTLSConnection {
     }
 
     deinit {
+        // One attempt at close_notify, never a wait: the socket is non-blocking.
         _ = SSL_shutdown(ssl)
         SSL_free(ssl)
         close(socket)
         SSL_CTX_free(context)
     }
 
-    /// Writes all of `bytes`.
+    /// Writes all of `bytes`, before the deadline.
     public func write(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
-            let count = bytes.withUnsafeBytes { SSL_write(ssl, $0.baseAddress! + offset, Int32(min(bytes.count - offset, 1 << 20))) }
-            guard count > 0 else { throw OpenSSLError.drain("TLS write failed") }
-            offset += Int(count)
+            let chunk = Int32(min(bytes.count - offset, 1 << 20))
+            let written = Self.step(ssl, socket: socket, deadline: deadline) {
+                // offset < count: the bytes are not empty, so their base address is not nil.
+                bytes.withUnsafeBytes { SSL_write(ssl, $0.baseAddress! + offset, chunk) }
+            }
+            guard let written else { throw deadline.timedOut("sending to \(peer)") }
+            guard written.result > 0 else { throw Self.failure("TLS write to \(peer)", code: written.code, errno: written.errno) }
+            offset += Int(written.result)
         }
     }
 
-    /// Reads up to `limit` bytes until the peer closes (or `limit` is reached).
+    /// Reads up to `limit` bytes until the peer closes, `limit` is reached or the deadline
+    /// passes (an error only when nothing arrived).
     public func readAll(limit: Int) throws -> [UInt8] {
         var result: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 16 * 1024)
         while result.count < limit {
-            let count = SSL_read(ssl, &buffer, Int32(buffer.count))
-            if count <= 0 {
-                let code = SSL_get_error(ssl, count)
-                if code == SSL_ERROR_ZERO_RETURN || (code == SSL_ERROR_SYSCALL && result.count > 0) { break }
-                if result.isEmpty { throw OpenSSLError.drain("TLS read failed") }
+            let read = Self.step(ssl, socket: socket, deadline: deadline) { SSL_read(ssl, &buffer, Int32(buffer.count)) }
+            guard let read else {
+                if result.isEmpty { throw deadline.timedOut("waiting for an answer from \(peer)") }
                 break
             }
-            result += buffer.prefix(Int(count))
+            if read.result <= 0 {
+                if read.code == SSL_ERROR_ZERO_RETURN || (read.code == SSL_ERROR_SYSCALL && !result.isEmpty) { break }
+                if result.isEmpty { throw Self.failure("TLS read from \(peer)", code: read.code, errno: read.errno) }
+                break
+            }
+            result += buffer.prefix(Int(read.result))
         }
         return Array(result.prefix(limit))
     }
 
-    /// A TCP connection to the first address of `host` that answers within `timeout`.
-    static func connect(host: String, port: UInt16, timeout: TimeInterval) throws -> Int32 {
+    /// A TCP connection to the first address of `host` that answers, all before `deadline`.
+    static func connect(host: String, port: UInt16, deadline: Deadline) throws -> Int32 {
+        guard deadline.remaining > 0 else { throw deadline.timedOut("connecting to \(peer(host, port))") }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -157,15 +189,72 @@ public final class BlockingTLSConnection {
         var cursor: UnsafeMutablePointer<addrinfo>? = list
         while let info = cursor {
             cursor = info.pointee.ai_next
-            let fd = Glibc.socket(info.pointee.ai_family, info.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), info.pointee.ai_protocol)
+            let type = info.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+            let fd = Glibc.socket(info.pointee.ai_family, type, info.pointee.ai_protocol)
             guard fd >= 0 else { continue }
-            var limit = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
             if Glibc.connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 { return fd }
-            lastError = String(cString: strerror(errno))
+            var code = errno
+            if code == EINPROGRESS {
+                guard deadline.wait(fd, for: Int16(POLLOUT)) else {
+                    close(fd)
+                    throw deadline.timedOut("connecting to \(peer(host, port))")
+                }
+                var length = socklen_t(MemoryLayout<Int32>.size)
+                if getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &length) != 0 { code = errno }
+                if code == 0 { return fd }
+            }
+            lastError = String(cString: strerror(code))
             close(fd)
         }
-        throw OpenSSLError(operation: "cannot connect to \(host):\(port)", messages: [lastError])
+        throw OpenSSLError(operation: "cannot connect to \(peer(host, port))", messages: [lastError])
+    }
+
+    /// `HOST:PORT`, an IPv6 literal in brackets.
+    private static func peer(_ host: String, _ port: UInt16) -> String {
+        "\(host.contains(":") ? "[\(host)]" : host):\(port)"
+    }
+
+    /// One OpenSSL call on the non-blocking `socket` (`SSL_connect`, `SSL_read`, `SSL_write`),
+    /// repeated whenever it asks to wait, after poll() says the socket is ready, for no longer
+    /// than the deadline leaves: its result, `SSL_get_error`'s code and errno for it; nil when
+    /// the deadline passed first.
+    private static func step(_ ssl: OpaquePointer, socket: Int32, deadline: Deadline,
+                             _ call: () -> Int32) -> (result: Int32, code: Int32, errno: Int32)? {
+        while true {
+            ERR_clear_error()
+            errno = 0
+            let result = call()
+            if result > 0 { return (result, SSL_ERROR_NONE, 0) }
+            let code = SSL_get_error(ssl, result)
+            let events: Int32
+            switch code {
+            case SSL_ERROR_WANT_READ: events = POLLIN
+            case SSL_ERROR_WANT_WRITE: events = POLLOUT
+            default: return (result, code, errno)
+            }
+            guard deadline.wait(socket, for: Int16(events)) else { return nil }
+        }
+    }
+
+    /// The error of a failed call: OpenSSL's messages, else the system's, else the peer's close.
+    private static func failure(_ operation: String, code: Int32, errno systemError: Int32) -> OpenSSLError {
+        let failure = OpenSSLError.drain("\(operation) failed")
+        guard failure.messages.isEmpty else { return failure }
+        if code == SSL_ERROR_SYSCALL && systemError != 0 {
+            return OpenSSLError(operation: failure.operation, messages: [String(cString: strerror(systemError))])
+        }
+        return code == SSL_ERROR_SYSCALL || code == SSL_ERROR_ZERO_RETURN
+            ? OpenSSLError(operation: failure.operation, messages: ["the server closed the connection"]) : failure
+    }
+
+    /// The certificates the server has sent so far, leaf first.
+    private static func peerChain(_ ssl: OpaquePointer) -> [Certificate] {
+        var chain: [Certificate] = []
+        if let stack = SSL_get_peer_cert_chain(ssl) {
+            for index in 0..<pp_sk_X509_num(stack) {
+                if let cert = pp_sk_X509_value(stack, index) { chain.append(Certificate(retaining: cert)) }
+            }
+        }
+        return chain
     }
 }

@@ -64,18 +64,23 @@ public final class BufferEvent {
         guard let handle else { return }
         let context = Unmanaged.passUnretained(self).toOpaque()
         bufferevent_setcb(handle, { _, context in
-            Unmanaged<BufferEvent>.fromOpaque(context!).takeUnretainedValue().onRead?()
+            guard let context else { return }
+            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().onRead?()
         }, { _, context in
-            Unmanaged<BufferEvent>.fromOpaque(context!).takeUnretainedValue().onWrite?()
+            guard let context else { return }
+            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().onWrite?()
         }, { _, what, context in
-            Unmanaged<BufferEvent>.fromOpaque(context!).takeUnretainedValue().onEvent?(Events(rawValue: what))
+            guard let context else { return }
+            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().onEvent?(Events(rawValue: what))
         }, context)
     }
 
-    /// Wraps an accepted or connected plain socket; the buffer event owns it.
-    public convenience init(loop: EventLoop, socket: Int32) {
+    /// Wraps an accepted or connected plain socket; the buffer event owns it, and closes it
+    /// at once when libevent cannot make the buffer event (then this throws).
+    public convenience init(loop: EventLoop, socket: Int32) throws {
         guard let handle = bufferevent_socket_new(loop.base, socket, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
-            fatalError("bufferevent_socket_new failed")
+            closeSocket(socket)
+            throw SystemError("bufferevent_socket_new", ENOMEM)
         }
         self.init(handle: handle, isTLS: false, loop: loop)
     }

@@ -37,9 +37,10 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     /// Parses one DER certificate; trailing bytes are an error.
     public convenience init(der: [UInt8]) throws {
         let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
-            var cursor = buffer.baseAddress
+            guard let start = buffer.baseAddress else { return nil }  // no bytes
+            var cursor = Optional(start)
             let cert = d2i_X509(nil, &cursor, buffer.count)
-            if let cert, let cursor, cursor != buffer.baseAddress! + buffer.count {
+            if let cert, cursor != start + buffer.count {
                 X509_free(cert)
                 return nil
             }
@@ -140,10 +141,10 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
             guard let name = pp_sk_GENERAL_NAME_value(names, index) else { continue }
             switch name.pointee.type {
             case GEN_DNS:
-                let value = name.pointee.d.dNSName!
+                guard let value = name.pointee.d.dNSName else { continue }
                 result.append("DNS:" + String(decoding: UnsafeBufferPointer(start: ASN1_STRING_get0_data(value), count: Int(ASN1_STRING_length(value))), as: UTF8.self))
             case GEN_IPADD:
-                let value = name.pointee.d.iPAddress!
+                guard let value = name.pointee.d.iPAddress else { continue }
                 let bytes = Array(UnsafeBufferPointer(start: ASN1_STRING_get0_data(value), count: Int(ASN1_STRING_length(value))))
                 result.append("IP:" + (IPAddress(bytes: bytes)?.description ?? "?"))
             default:
@@ -237,9 +238,14 @@ extension Certificate {
     /// OpenSSL checks constraints against the names a certificate carries, so a leaf whose
     /// `*.example.com` covers an excluded `bar.example.com` passes verification; this checks the
     /// host the client actually asked for, with OpenSSL's own matcher, on a stand-in
-    /// certificate that names only that host.
+    /// certificate that names only that host. A nameConstraints extension that cannot be
+    /// decoded, or that appears twice, permits nothing.
     public func nameConstraintsPermit(dnsName host: String) -> Bool {
-        guard let raw = X509_get_ext_d2i(handle, NID_name_constraints, nil, nil) else { return true }
+        var found: Int32 = 0  // -1: absent; -2: more than one; else the criticality
+        guard let raw = X509_get_ext_d2i(handle, NID_name_constraints, &found, nil) else {
+            _ = drainErrorQueue()
+            return found == -1
+        }
         let constraints = raw.assumingMemoryBound(to: NAME_CONSTRAINTS.self)
         defer { NAME_CONSTRAINTS_free(constraints) }
         guard let probe = X509_new(), X509_set_version(probe, 2) == 1 else { return false }

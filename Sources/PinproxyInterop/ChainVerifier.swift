@@ -189,26 +189,7 @@ extension TrustStore {
         let unmanaged = Unmanaged.passRetained(collector)
         defer { unmanaged.release() }
         _ = pp_X509_STORE_CTX_set_app_data(context, unmanaged.toOpaque())
-        X509_STORE_CTX_set_verify_cb(context) { ok, context in
-            guard ok == 0, let context, let data = pp_X509_STORE_CTX_get_app_data(context) else { return 1 }
-            let collector = Unmanaged<ProblemCollector>.fromOpaque(data).takeUnretainedValue()
-            let code = X509_STORE_CTX_get_error(context)
-            let current = X509_STORE_CTX_get_current_cert(context).map { Certificate(retaining: $0) }
-            // RFC 5280 4.1.2.5: notAfter is inclusive, at the granularity of a second. OpenSSL
-            // counts a certificate as expired from its notAfter second on.
-            if code == X509_V_ERR_CERT_HAS_EXPIRED, let current, current.notAfter >= collector.validationSecond {
-                return 1
-            }
-            let subject = current?.subject ?? ""
-            collector.add(ChainProblem(
-                kind: ChainProblem.kind(of: code),
-                code: code,
-                depth: Int(X509_STORE_CTX_get_error_depth(context)),
-                message: String(cString: X509_verify_cert_error_string(Int(code))),
-                subject: subject))
-            // Go on, so that every problem in the chain is reported.
-            return 1
-        }
+        X509_STORE_CTX_set_verify_cb(context, Self.verifyCallback)
 
         let status = X509_verify_cert(context)
         var problems = collector.problems
@@ -227,6 +208,17 @@ extension TrustStore {
         return ChainVerification(chain: chain, problems: problems)
     }
 
+    /// X509_verify_cert's verify callback: hands each report to the verification's
+    /// `ProblemCollector` (the context's app data). Without a context or a collector nothing can
+    /// be recorded, so it refuses whatever OpenSSL said.
+    static let verifyCallback: @convention(c) (Int32, OpaquePointer?) -> Int32 = { ok, context in
+        guard let context, let data = pp_X509_STORE_CTX_get_app_data(context) else { return 0 }
+        let collector = Unmanaged<ProblemCollector>.fromOpaque(data).takeUnretainedValue()
+        return collector.review(ok: ok, code: X509_STORE_CTX_get_error(context),
+                                depth: Int(X509_STORE_CTX_get_error_depth(context)),
+                                certificate: X509_STORE_CTX_get_current_cert(context).map { Certificate(retaining: $0) })
+    }
+
     private static func internalProblem(_ operation: String) -> ChainProblem {
         let messages = drainErrorQueue()
         return ChainProblem(kind: .untrusted, code: -1, depth: 0,
@@ -235,7 +227,7 @@ extension TrustStore {
 }
 
 /// Receives problems from the C verify callback; used by one verification on one thread.
-private final class ProblemCollector {
+final class ProblemCollector {
     private(set) var problems: [ChainProblem] = []
     /// The validation time, truncated to whole seconds (validity is stated in seconds).
     let validationSecond: Date
@@ -244,8 +236,23 @@ private final class ProblemCollector {
         self.validationSecond = validationSecond
     }
 
-    func add(_ problem: ChainProblem) {
+    /// The verify callback's answer to one report of OpenSSL's (`ok` 0: a problem `code` at
+    /// `depth`, about `certificate`). It only ever narrows OpenSSL's decision, with one exception:
+    /// RFC 5280 4.1.2.5 makes notAfter inclusive, to the second, where OpenSSL counts a certificate
+    /// as expired from its notAfter second on, so `X509_V_ERR_CERT_HAS_EXPIRED` within that second
+    /// is accepted. Every other problem is recorded, which fails the verification
+    /// (`ChainVerification.isVerified`), and then answered 1 only so that OpenSSL goes on and
+    /// reports the rest of the chain's problems too.
+    func review(ok: Int32, code: Int32, depth: Int, certificate: Certificate?) -> Int32 {
+        guard ok == 0 else { return ok }
+        if code == X509_V_ERR_CERT_HAS_EXPIRED, let certificate, certificate.notAfter >= validationSecond {
+            return 1
+        }
+        let problem = ChainProblem(kind: ChainProblem.kind(of: code), code: code, depth: depth,
+                                   message: String(cString: X509_verify_cert_error_string(Int(code))),
+                                   subject: certificate?.subject ?? "")
         if !problems.contains(problem) { problems.append(problem) }
+        return 1
     }
 }
 

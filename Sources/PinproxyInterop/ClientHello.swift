@@ -6,12 +6,15 @@ import CPinproxyShims
 public struct ClientHello: Sendable {
     /// The client's ALPN offer; nil when it sent no ALPN extension.
     public let alpn: ALPNOffer?
+    /// The host name of its SNI extension, as sent; nil when it sent none.
+    public let serverName: String?
 }
 
 /// Reads a client's ClientHello from the bytes buffered on its connection, without consuming
 /// them: OpenSSL parses them on a throwaway SSL (memory BIOs) whose ClientHello callback
 /// records the offer and stops the handshake there. The real handshake then reads the same
-/// bytes. Used to learn the client's ALPN offer while the upstream can still be asked again.
+/// bytes. Used to learn the client's ALPN offer while the upstream can still be asked again,
+/// and, on the transparent listener, the host it wants (SNI).
 public final class ClientHelloReader {
     /// Where reading stands.
     public enum Progress {
@@ -71,20 +74,40 @@ public final class ClientHelloReader {
 
     /// Called by OpenSSL once the whole ClientHello has arrived.
     fileprivate func received(_ ssl: OpaquePointer) {
-        var body: UnsafePointer<UInt8>?
-        var length = 0
-        guard SSL_client_hello_get0_ext(ssl, UInt32(TLSEXT_TYPE_application_layer_protocol_negotiation), &body, &length) == 1 else {
-            hello = ClientHello(alpn: nil)
-            return
-        }
-        // The extension's body: a two-byte length, then the list.
-        let extensionBody = UnsafeBufferPointer(start: body, count: length)
-        guard length >= 2, Int(extensionBody[0]) << 8 | Int(extensionBody[1]) == length - 2,
-              let offer = ALPNOffer(wire: UnsafeBufferPointer(rebasing: extensionBody[2...])) else {
+        guard let serverName = Self.extensionBody(ssl, TLSEXT_TYPE_server_name, Self.serverName),
+              let alpn = Self.extensionBody(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, { ALPNOffer(wire: $0) }) else {
             malformed = true
             return
         }
-        hello = ClientHello(alpn: offer)
+        hello = ClientHello(alpn: alpn, serverName: serverName)
+    }
+
+    /// The body of extension `type` after its own two-byte length, read by `parse`: `.some(nil)`
+    /// when the client did not send it, nil when it is malformed.
+    private static func extensionBody<T>(_ ssl: OpaquePointer, _ type: Int32, _ parse: (UnsafeBufferPointer<UInt8>) -> T?) -> T?? {
+        var body: UnsafePointer<UInt8>?
+        var length = 0
+        guard SSL_client_hello_get0_ext(ssl, UInt32(type), &body, &length) == 1 else { return .some(nil) }
+        let bytes = UnsafeBufferPointer(start: body, count: length)
+        guard length >= 2, Int(bytes[0]) << 8 | Int(bytes[1]) == length - 2, let value = parse(UnsafeBufferPointer(rebasing: bytes[2...])) else {
+            return nil
+        }
+        return .some(value)
+    }
+
+    /// The first `host_name` of a server_name list (RFC 6066 §3): a type byte, a two-byte
+    /// length, the name. Nil when the list is malformed or holds no host name.
+    private static func serverName(_ list: UnsafeBufferPointer<UInt8>) -> String? {
+        var index = 0
+        while index + 3 <= list.count {
+            let type = list[index]
+            let length = Int(list[index + 1]) << 8 | Int(list[index + 2])
+            let name = (index + 3)..<(index + 3 + length)
+            guard length > 0, name.upperBound <= list.count else { return nil }
+            if type == 0 { return String(decoding: UnsafeBufferPointer(rebasing: list[name]), as: UTF8.self) }
+            index = name.upperBound
+        }
+        return nil
     }
 }
 

@@ -17,9 +17,12 @@ public final class DNSResolver {
     /// Set while the loop frees the resolver: no completion runs any more.
     fileprivate var isClosing = false
 
-    init(loop: EventLoop) {
+    /// The resolver of `loop` (one per loop, which frees it); reads resolv.conf and /etc/hosts
+    /// now. Throws when libevent cannot make it.
+    public init(loop: EventLoop) throws {
+        errno = 0
         guard let handle = evdns_base_new(loop.base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_NAMESERVERS_NO_DEFAULT) else {
-            fatalError("evdns_base_new failed")
+            throw SystemError("evdns_base_new", errno == 0 ? ENOMEM : errno)
         }
         evdns_base_load_hosts(handle, nil)
         self.handle = handle
@@ -52,8 +55,9 @@ public final class DNSResolver {
         defer { request.started(on: loop) }
         let pending = evdns_getaddrinfo(handle, name, nil, &hints, { result, list, context in
             // Alive: the resolver holds it until this, its one callback (also after `cancel`).
-            let request = Unmanaged<DNSRequest>.fromOpaque(context!).takeUnretainedValue()
             defer { if let list { evutil_freeaddrinfo(list) } }
+            guard let context else { return }
+            let request = Unmanaged<DNSRequest>.fromOpaque(context).takeUnretainedValue()
             request.pending = nil
             let resolver = request.resolver
             resolver?.outstanding[ObjectIdentifier(request)] = nil

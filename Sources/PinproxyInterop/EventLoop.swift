@@ -9,12 +9,10 @@ import CPinproxyShims
 /// method other threads may call.
 public final class EventLoop: @unchecked Sendable {
     let base: OpaquePointer
-    private var wakeup: OpaquePointer!
+    /// The event `post` activates; nil only while `init` fails.
+    private var wakeup: OpaquePointer?
     private let pendingLock = NSLock()
     private var pending: [() -> Void] = []
-    /// The DNS resolver of this loop, created on first use (reads resolv.conf and /etc/hosts
-    /// once, then resolves without blocking).
-    public private(set) lazy var dns = DNSResolver(loop: self)
     private var scratch: UnsafeMutableRawPointer?
     /// The peer certificates this loop's upstream connections presented (`PeerCertificates`).
     let peerCertificates = PeerCertificates()
@@ -32,20 +30,23 @@ public final class EventLoop: @unchecked Sendable {
         evthread_use_pthreads() == 0
     }()
 
-    public init() {
-        precondition(EventLoop.threadingEnabled, "evthread_use_pthreads failed")
-        guard let base = event_base_new() else { fatalError("event_base_new failed") }
+    /// Throws when libevent cannot make the loop (no memory, no descriptor left for epoll).
+    public init() throws {
+        guard EventLoop.threadingEnabled else { throw SystemError("evthread_use_pthreads", ENOMEM) }
+        guard let base = event_base_new() else { throw SystemError("event_base_new", errno) }
         self.base = base
         let context = Unmanaged.passUnretained(self).toOpaque()
-        wakeup = event_new(base, -1, Int16(EV_PERSIST), { _, _, context in
-            Unmanaged<EventLoop>.fromOpaque(context!).takeUnretainedValue().runPending()
-        }, context)
+        guard let wakeup = event_new(base, -1, Int16(EV_PERSIST), { _, _, context in
+            guard let context else { return }
+            Unmanaged<EventLoop>.fromOpaque(context).takeUnretainedValue().runPending()
+        }, context) else { throw SystemError("event_new", ENOMEM) }  // deinit frees the base
+        self.wakeup = wakeup
         event_add(wakeup, nil)
     }
 
     deinit {
         scratch?.deallocate()
-        event_free(wakeup)
+        if let wakeup { event_free(wakeup) }
         dnsIfCreated?.close()
         event_base_free(base)
     }
@@ -76,7 +77,7 @@ public final class EventLoop: @unchecked Sendable {
         pendingLock.lock()
         pending.append(work)
         pendingLock.unlock()
-        event_active(wakeup, EV_READ, 0)
+        if let wakeup { event_active(wakeup, EV_READ, 0) }
     }
 
     private func runPending() {
@@ -112,7 +113,8 @@ public final class Timer {
         self.loop = loop
         let context = Unmanaged.passUnretained(self).toOpaque()
         event = event_new(loop.base, -1, repeats ? Int16(EV_PERSIST) : 0, { _, _, context in
-            let timer = Unmanaged<Timer>.fromOpaque(context!).takeUnretainedValue()
+            guard let context else { return }
+            let timer = Unmanaged<Timer>.fromOpaque(context).takeUnretainedValue()
             // A local copy: the action may cancel its own timer, which releases the stored one.
             let action = timer.action
             action?()
@@ -147,7 +149,8 @@ public final class SignalWatcher {
         self.loop = loop
         let context = Unmanaged.passUnretained(self).toOpaque()
         event = event_new(loop.base, number, Int16(EV_SIGNAL | EV_PERSIST), { _, _, context in
-            Unmanaged<SignalWatcher>.fromOpaque(context!).takeUnretainedValue().action()
+            guard let context else { return }
+            Unmanaged<SignalWatcher>.fromOpaque(context).takeUnretainedValue().action()
         }, context)
         event_add(event, nil)
     }

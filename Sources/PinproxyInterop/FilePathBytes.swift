@@ -35,7 +35,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
                 result.unicodeScalars.append(scalar)
                 rest = rest.dropFirst(String(scalar).utf8.count)
             case .error, .emptyInput:
-                result += String(format: "\\x%02X", rest.first!)
+                result += String(format: "\\x%02X", rest.first!)  // rest is not empty: never nil
                 rest = rest.dropFirst()
             }
         }
@@ -66,18 +66,16 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
         case file, directory
     }
 
-    /// The most pinproxy reads from any certificate, bundle, CRL, chain, staple or config file.
-    public static let readLimit = 16 << 20
-
-    /// The whole file, read without ever holding more than `limit` bytes of it.
-    public func read(limit: Int = FilePathBytes.readLimit) throws(FileReadError) -> [UInt8] {
+    /// The whole file, read without ever holding more than `kind`'s cap of it.
+    public func read(_ kind: FileKind) throws(FileReadError) -> [UInt8] {
+        let limit = kind.readLimit
         let descriptor = withCPath { open($0, O_RDONLY | O_CLOEXEC) }
         guard descriptor >= 0 else { throw FileReadError(errno: errno) }
         defer { close(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { throw FileReadError(errno: errno) }
         if (info.st_mode & S_IFMT) == S_IFDIR { throw FileReadError(errno: EISDIR) }
-        if (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_size) > Int64(limit) { throw .tooLarge(limit: limit) }
+        if (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_size) > Int64(limit) { throw .tooLarge(kind) }
         var result: [UInt8] = []
         if (info.st_mode & S_IFMT) == S_IFREG { result.reserveCapacity(Int(info.st_size)) }
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
@@ -89,7 +87,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
             }
             if count == 0 { return result }
             // A file that grows while read, or one that is not a regular file, stops at the limit.
-            guard result.count + count <= limit else { throw .tooLarge(limit: limit) }
+            guard result.count + count <= limit else { throw .tooLarge(kind) }
             result += chunk[..<count]
         }
     }
@@ -113,7 +111,40 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
         // A path holding NUL would name another file: it names none.
         let terminated = bytes.contains(0) ? [0] : bytes + [0]
         return terminated.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }
+            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress!) }  // holds the NUL at least: never nil
+        }
+    }
+}
+
+/// What a file holds, which sets the most pinproxy reads of it: room for real use, never a
+/// 2 GiB file read whole.
+public enum FileKind: Sendable, Equatable {
+    /// A config: 64 MiB (100,000 hosts with two pins each take 17 MB).
+    case config
+    /// A CRL file: 256 MiB (some public CAs publish CRLs of tens of MB).
+    case crls
+    /// Certificates (anchors, pinned certificates, bundles, chains, the system trust bundle) or
+    /// a key: 16 MiB.
+    case certificates
+    /// An OCSP staple: 16 MiB.
+    case staple
+
+    /// The most pinproxy reads of one such file, in bytes.
+    public var readLimit: Int {
+        switch self {
+        case .config: return 64 << 20
+        case .crls: return 256 << 20
+        case .certificates, .staple: return 16 << 20
+        }
+    }
+
+    /// The kind, as in "the cap on config files".
+    var files: String {
+        switch self {
+        case .config: return "config files"
+        case .crls: return "CRL files"
+        case .certificates: return "certificate and key files"
+        case .staple: return "OCSP staple files"
         }
     }
 }
@@ -121,7 +152,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
 /// Why a file could not be read, in words that follow its name.
 public enum FileReadError: Error, Sendable, Equatable, CustomStringConvertible {
     case missing
-    case tooLarge(limit: Int)
+    case tooLarge(FileKind)
     case unreadable(String)
 
     init(errno code: Int32) {
@@ -131,7 +162,7 @@ public enum FileReadError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .missing: return "does not exist"
-        case .tooLarge(let limit): return "is larger than \(limit >> 20) MiB, the most pinproxy reads from a file"
+        case .tooLarge(let kind): return "is larger than \(kind.readLimit >> 20) MiB, the cap on \(kind.files)"
         case .unreadable(let why): return "cannot be read (\(why))"
         }
     }

@@ -41,7 +41,7 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
     /// address unchanged.
     public var unmapped: IPAddress {
         guard isIPv6, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF else { return self }
-        return IPAddress(bytes: Array(bytes[12..<16]))!
+        return IPAddress(bytes: Array(bytes[12..<16])) ?? self
     }
 
     /// The canonical text form (RFC 5952 for IPv6), without brackets.
@@ -68,6 +68,7 @@ public struct AddressBlock: Sendable, CustomStringConvertible {
     /// `cidr` is `address/length`; a malformed one is a programming error.
     init(_ cidr: String, _ name: String) {
         let parts = cidr.split(separator: "/")
+        // Unreachable: every block is a literal of `specialPurposeIPv4`/`IPv6`, each read by SpecialPurposeAddressTests.
         self.prefix = IPAddress(String(parts[0]))!
         self.length = Int(parts[1])!
         self.name = name

@@ -55,13 +55,15 @@ public final class Listener {
     }
 
     private static let callback: evconnlistener_cb = { _, fd, sockaddr, _, context in
-        let listener = Unmanaged<Listener>.fromOpaque(context!).takeUnretainedValue()
+        guard let context else { return closeSocket(fd) }
+        let listener = Unmanaged<Listener>.fromOpaque(context).takeUnretainedValue()
         listener.onAccept(fd, sockaddr.flatMap { SocketAddress(UnsafePointer($0)) })
     }
 
     private static let errorCallback: evconnlistener_errorcb = { listener, context in
         let code = errno
-        Unmanaged<Listener>.fromOpaque(context!).takeUnretainedValue().acceptFailed(String(cString: strerror(code)))
+        guard let context else { return }
+        Unmanaged<Listener>.fromOpaque(context).takeUnretainedValue().acceptFailed(String(cString: strerror(code)))
     }
 
     private func acceptFailed(_ reason: String) {

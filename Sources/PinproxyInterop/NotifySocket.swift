@@ -86,7 +86,7 @@ public enum NotifySocket {
             raw.initializeMemory(as: UInt8.self, repeating: 0)
             raw.copyBytes(from: path)
         }
-        let pathOffset = MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path)!
+        let pathOffset = MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path)!  // a stored field: never nil
         return socklen_t(pathOffset + path.count + (abstract ? 0 : 1))
     }
 

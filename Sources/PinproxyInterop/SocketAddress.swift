@@ -41,26 +41,15 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         case AF_INET:
             let v4 = UnsafeRawPointer(pointer).load(as: sockaddr_in.self)
             var addr = v4.sin_addr
-            self.init(address: IPAddress(bytes: withUnsafeBytes(of: &addr) { Array($0) })!, port: UInt16(bigEndian: v4.sin_port))
+            guard let address = IPAddress(bytes: withUnsafeBytes(of: &addr) { Array($0) }) else { return nil }
+            self.init(address: address, port: UInt16(bigEndian: v4.sin_port))
         case AF_INET6:
             let v6 = UnsafeRawPointer(pointer).load(as: sockaddr_in6.self)
             var addr = v6.sin6_addr
-            self.init(address: IPAddress(bytes: withUnsafeBytes(of: &addr) { Array($0) })!, port: UInt16(bigEndian: v6.sin6_port))
+            guard let address = IPAddress(bytes: withUnsafeBytes(of: &addr) { Array($0) }) else { return nil }
+            self.init(address: address, port: UInt16(bigEndian: v6.sin6_port))
         default:
             return nil
-        }
-    }
-}
-
-extension SocketAddress {
-    /// The address a connected socket is bound to on this side (getsockname).
-    public static func local(of socket: Int32) -> SocketAddress? {
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        return withUnsafeMutablePointer(to: &storage) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                getsockname(socket, address, &length) == 0 ? SocketAddress(address) : nil
-            }
         }
     }
 }

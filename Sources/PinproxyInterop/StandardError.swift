@@ -12,7 +12,7 @@ public enum StandardError {
         bytes.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let written = Glibc.write(2, raw.baseAddress! + offset, raw.count - offset)
+                let written = Glibc.write(2, raw.baseAddress! + offset, raw.count - offset)  // non-empty: never nil
                 if written > 0 {
                     offset += written
                 } else if written < 0 && errno == EINTR {

@@ -40,7 +40,8 @@ public final class TCPConnector {
         }
         let context = Unmanaged.passUnretained(self).toOpaque()
         event = event_new(loop.base, socket, Int16(EV_WRITE), { fd, what, context in
-            let connector = Unmanaged<TCPConnector>.fromOpaque(context!).takeUnretainedValue()
+            guard let context else { return }
+            let connector = Unmanaged<TCPConnector>.fromOpaque(context).takeUnretainedValue()
             connector.ready(timedOut: Int32(what) & Int32(EV_TIMEOUT) != 0)
         }, context)
         var tv = timeval(timeout)
@@ -52,7 +53,8 @@ public final class TCPConnector {
         let context = Unmanaged.passUnretained(self).toOpaque()
         pendingResult = result
         event = event_new(loop.base, -1, 0, { _, _, context in
-            let connector = Unmanaged<TCPConnector>.fromOpaque(context!).takeUnretainedValue()
+            guard let context else { return }
+            let connector = Unmanaged<TCPConnector>.fromOpaque(context).takeUnretainedValue()
             if let result = connector.pendingResult { connector.finish(result) }
         }, context)
         var tv = timeval(0)

@@ -166,16 +166,20 @@ public final class TLSRelay {
         let context = Unmanaged.passUnretained(self).toOpaque()
         // C callbacks capture nothing: each event has its own, which names its side.
         self.client.readEvent = event_new(loop.base, self.client.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
-            Unmanaged<TLSRelay>.fromOpaque(context!).takeUnretainedValue().readable(.up)
+            guard let context else { return }
+            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().readable(.up)
         }, context)
         self.upstream.readEvent = event_new(loop.base, self.upstream.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
-            Unmanaged<TLSRelay>.fromOpaque(context!).takeUnretainedValue().readable(.down)
+            guard let context else { return }
+            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().readable(.down)
         }, context)
         self.client.writeEvent = event_new(loop.base, self.client.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
-            Unmanaged<TLSRelay>.fromOpaque(context!).takeUnretainedValue().writable(sinkOf: .down)
+            guard let context else { return }
+            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().writable(sinkOf: .down)
         }, context)
         self.upstream.writeEvent = event_new(loop.base, self.upstream.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
-            Unmanaged<TLSRelay>.fromOpaque(context!).takeUnretainedValue().writable(sinkOf: .up)
+            guard let context else { return }
+            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().writable(sinkOf: .up)
         }, context)
         // A HelloRequest from the upstream is refused by OpenSSL (SSL_OP_NO_RENEGOTIATION);
         // this notices it, so that nothing the upstream sends after it is relayed.
@@ -324,7 +328,7 @@ public final class TLSRelay {
             // Bytes queued before must leave first.
         } else {
             while offset < bytes.count {
-                let written = SSL_write(sink.ssl, bytes.baseAddress! + offset, Int32(bytes.count - offset))
+                let written = SSL_write(sink.ssl, bytes.baseAddress! + offset, Int32(bytes.count - offset))  // non-empty: never nil
                 if written > 0 {
                     offset += Int(written)
                     continue
@@ -351,7 +355,7 @@ public final class TLSRelay {
         while flows[index(direction)].hasPending {
             let flow = flows[index(direction)]
             let written = flow.pending.withUnsafeBytes { bytes in
-                SSL_write(sink.ssl, bytes.baseAddress! + flow.offset, Int32(flow.pending.count - flow.offset))
+                SSL_write(sink.ssl, bytes.baseAddress! + flow.offset, Int32(flow.pending.count - flow.offset))  // pending: never nil
             }
             if written > 0 {
                 flows[index(direction)].offset += Int(written)
@@ -374,7 +378,7 @@ public final class TLSRelay {
     private func flushRawOutput(_ side: Side) -> Bool {
         while side.rawOutputOffset < side.rawOutput.count {
             let sent = side.rawOutput.withUnsafeBytes { bytes in
-                Glibc.send(side.socket, bytes.baseAddress! + side.rawOutputOffset, bytes.count - side.rawOutputOffset, Int32(MSG_NOSIGNAL))
+                Glibc.send(side.socket, bytes.baseAddress! + side.rawOutputOffset, bytes.count - side.rawOutputOffset, Int32(MSG_NOSIGNAL))  // non-empty: never nil
             }
             if sent > 0 {
                 side.rawOutputOffset += sent

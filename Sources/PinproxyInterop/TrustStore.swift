@@ -34,9 +34,9 @@ public final class TrustStore: @unchecked Sendable {
         let variable = String(cString: X509_get_default_cert_file_env())
         let file = ProcessInfo.processInfo.environment[variable] ?? String(cString: X509_get_default_cert_file())
         var info = stat()
-        if stat(file, &info) == 0 && Int64(info.st_size) > Int64(FilePathBytes.readLimit) {
+        if stat(file, &info) == 0 && Int64(info.st_size) > Int64(FileKind.certificates.readLimit) {
             X509_STORE_free(store)
-            throw OpenSSLError(operation: "the system trust store \(file) \(FileReadError.tooLarge(limit: FilePathBytes.readLimit))", messages: [])
+            throw OpenSSLError(operation: "the system trust store \(file) \(FileReadError.tooLarge(.certificates))", messages: [])
         }
         let fromFile = FileManager.default.isReadableFile(atPath: file)
         let loaded = fromFile ? X509_STORE_load_file(store, file) : X509_STORE_set_default_paths(store)

@@ -17,6 +17,12 @@ public enum UserDatabase {
         lookUp({ entry, buffer, size, result in getpwuid_r(uid_t(uid), entry, buffer, size, result) }) { String(cString: $0.pw_name) }
     }
 
+    /// The uid of user `name`; nil when there is no such user (or the database cannot say).
+    public static func uid(of name: String) -> UInt32? {
+        if case .found(let uid) = uid(ofUser: name) { return uid }
+        return nil
+    }
+
     /// The uid of the user called `name`.
     public static func uid(ofUser name: String) -> Answer<UInt32> {
         guard !name.isEmpty, !name.utf8.contains(0) else { return .missing }

@@ -92,7 +92,7 @@ extension ConfigDecoder {
                 case "allow": raw.allow = hostPatterns(value, keyPath + [name])
                 case "deny": raw.deny = hostPatterns(value, keyPath + [name]) ?? []
                 case "enforce": raw.enforce = bool(value, keyPath + [name]) ?? true
-                default: unknownKey(keyPath + [name], known: Self.clientKeys)
+                default: unknownKey(keyPath + [name], value, known: Self.clientKeys)
                 }
             }
             sections.append(raw)

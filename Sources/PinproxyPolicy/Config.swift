@@ -9,6 +9,8 @@ public struct Config: Sendable {
     public let proxy: ProxySettings
     /// `[resolve]`: names that bypass DNS.
     public let resolve: [String: [IPAddress]]
+    /// `[capture]`: what `pinproxy egress` redirects to the transparent listener.
+    public let capture: CaptureSettings
     public let policies: PolicyTable
     /// `[clients."SELECTOR"]`: who may reach which hosts.
     public let clients: ClientRules
@@ -52,7 +54,10 @@ public struct ProxySettings: Sendable {
         case inTLS = "in-tls"
     }
 
-    public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]
+    public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]  // a valid literal: never nil
+    /// Where connections redirected by the egress lock arrive (no CONNECT: the host comes
+    /// from the ClientHello, the address and port from the original destination).
+    public var transparentListen: [ListenAddress] = []
     /// Where the local CA lives; nil means the platform default (see `LocalCA`).
     public var caDirectory: String?
     public var allowPorts: Set<UInt16> = [443]
@@ -64,6 +69,11 @@ public struct ProxySettings: Sendable {
     public var pidFile: String?
     /// `report_to`: where pin-failure reports go (RFC 7469 JSON).
     public var reportTo: [ReportDestination] = []
+    /// `report_rate_limit`: reports a minute for the whole daemon, on top of 10 a minute per host.
+    public var reportRateLimit = 600
+    /// `report_file_max_bytes`: a `file:` destination is not written past this size; reports
+    /// are dropped until the file is reopened.
+    public var reportFileMaxBytes = 64 << 20
     /// A `verify_command` that has not answered within this is killed, and the connection refused.
     public var verifyCommandTimeout: TimeInterval = 5
     /// How long a `verify_command` answer is reused for the same chain, host, port and command.
@@ -100,6 +110,23 @@ public struct ProxySettings: Sendable {
     /// holds at most one TLS record's plaintext (16 KiB) per direction, or this if smaller; it
     /// also bounds what is queued for a client during its handshake or an in-TLS refusal.
     public var relayBufferBytes = 256 * 1024
+
+    public init() {}
+}
+
+/// `[capture]`: the egress lock's ruleset (`pinproxy egress`), which redirects the host's
+/// outgoing TCP to these ports to the transparent listener.
+public struct CaptureSettings: Sendable, Equatable {
+    /// Destination ports redirected (TCP) and, with `blockQUIC`, rejected (UDP).
+    public var ports: [UInt16] = [443]
+    /// Whether destinations that are this host's own addresses are captured too.
+    public var local = false
+    /// Whether outgoing UDP to `ports` is rejected, so that HTTP/3 clients fall back to TCP.
+    public var blockQUIC = true
+    /// Users whose processes go out uncaptured: pinproxy's own user, at least.
+    public var exemptUsers = ["pinproxy"]
+    /// Whether the config has a `[capture]` table (the defaults apply otherwise).
+    public var isWritten = false
 
     public init() {}
 }

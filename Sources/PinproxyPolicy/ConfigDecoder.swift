@@ -13,16 +13,42 @@ import TOMLKit
 struct ConfigDecoder {
     private(set) var findings: [Finding] = []
 
-    static let topLevelKeys = ["proxy", "resolve", "default", "hosts", "clients"]
+    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts", "clients"]
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
+                            "transparent_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
                             "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
+                            "report_rate_limit", "report_file_max_bytes",
                             "verify_command_timeout", "verify_command_cache", "verify_command_concurrency",
                             "client_identity_timeout", "report_client_identity"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
                              "require_web_pki_profile", "verify_command"]
+
+    /// Whether `key` takes a value of `type`: of keys equally close to an unknown one, the
+    /// value's type picks (`pinz = [...]` is `pins`, `pinz = "public-key"` is `pin`).
+    static func key(_ key: String, takes type: TOMLType) -> Bool {
+        switch key {
+        case "proxy", "resolve", "default", "hosts":
+            return type == .table
+        case "request_timeout", "dns_timeout", "connect_timeout", "handshake_timeout", "idle_timeout", "drain_timeout",
+             "admin_timeout", "verify_command_timeout":
+            return type == .int || type == .double
+        case "workers", "max_connections", "relay_buffer_bytes", "verify_command_cache", "verify_command_concurrency":
+            return type == .int
+        case "listen", "allow_ports", "report_to", "pins", "certificates", "ports", "crls", "verify_command":
+            return type == .array
+        case "block_private_destinations", "validate_host", "enforce", "include_subdomains", "require_web_pki_profile":
+            return type == .bool
+        case "trust":
+            return type == .string || type == .array
+        case "expires":
+            return type == .date
+        default:
+            return type == .string
+        }
+    }
 
     /// Parses `text` with TOMLKit; a syntax error becomes a diagnostic of `path`.
     static func parse(_ text: String, path: String) -> Result<TOMLTable, ConfigError> {
@@ -45,10 +71,12 @@ struct ConfigDecoder {
 
     // MARK: The document
 
-    /// The top-level tables: unknown ones reported, `[proxy]` and `[resolve]` decoded.
-    mutating func decodeTopLevel(_ document: TOMLTable) -> (proxy: ProxySettings, resolve: [String: [IPAddress]]) {
+    static let captureKeys = ["ports", "local", "block_quic", "exempt_users"]
+
+    /// The top-level tables: unknown ones reported, `[proxy]`, `[resolve]` and `[capture]` decoded.
+    mutating func decodeTopLevel(_ document: TOMLTable) -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings) {
         for key in document.keys where !Self.topLevelKeys.contains(key) {
-            unknownKey([key], known: Self.topLevelKeys)
+            unknownKey([key], document[key], known: Self.topLevelKeys)
         }
         var proxy = ProxySettings()
         if let value = document["proxy"] {
@@ -58,7 +86,11 @@ struct ConfigDecoder {
         if let value = document["resolve"] {
             if let table = value.table { resolve = decodeResolve(table) } else { typeError(["resolve"], value, expected: "a table") }
         }
-        return (proxy, resolve)
+        var capture = CaptureSettings()
+        if let value = document["capture"] {
+            if let table = value.table { decodeCapture(table, into: &capture) } else { typeError(["capture"], value, expected: "a table") }
+        }
+        return (proxy, resolve, capture)
     }
 
     /// The table under `key` (`default`, `hosts`), if written; a type error if it is not a table.
@@ -76,16 +108,9 @@ struct ConfigDecoder {
             let keyPath = ["proxy", key]
             switch key {
             case "listen":
-                guard let texts = strings(value, keyPath, allowEmpty: false) else { continue }
-                var addresses: [ListenAddress] = []
-                for text in texts {
-                    guard let address = ListenAddress(text) else {
-                        error(keyPath, element: text, "proxy.listen: \"\(text)\" is not IP:PORT (for example \"127.0.0.1:3128\" or \"[::1]:3128\")")
-                        continue
-                    }
-                    addresses.append(address)
-                }
-                proxy.listen = addresses
+                if let addresses = listenAddresses(value, keyPath, allowEmpty: false) { proxy.listen = addresses }
+            case "transparent_listen":
+                if let addresses = listenAddresses(value, keyPath, allowEmpty: true) { proxy.transparentListen = addresses }
             case "ca_dir":
                 if let text = string(value, keyPath) {
                     if text.isEmpty { error(keyPath, "proxy.ca_dir must not be empty") } else { proxy.caDirectory = text }
@@ -136,6 +161,10 @@ struct ConfigDecoder {
                     }
                 }
                 proxy.reportTo = destinations
+            case "report_rate_limit":
+                if let count = integer(value, keyPath, in: 1...Int.max) { proxy.reportRateLimit = count }
+            case "report_file_max_bytes":
+                if let count = integer(value, keyPath, in: 1...Int.max) { proxy.reportFileMaxBytes = count }
             case "verify_command_timeout":
                 if let seconds = seconds(value, keyPath) { proxy.verifyCommandTimeout = seconds }
             case "verify_command_cache":
@@ -147,9 +176,67 @@ struct ConfigDecoder {
             case "report_client_identity":
                 if let flag = bool(value, keyPath) { proxy.reportClientIdentity = flag }
             default:
-                unknownKey(keyPath, known: Self.proxyKeys)
+                unknownKey(keyPath, value, known: Self.proxyKeys)
             }
         }
+    }
+
+    /// `[capture]`: the egress lock's settings.
+    mutating func decodeCapture(_ table: TOMLTable, into capture: inout CaptureSettings) {
+        capture.isWritten = true
+        for (key, value) in table {
+            let keyPath = ["capture", key]
+            switch key {
+            case "ports":
+                // Empty is allowed: nothing is captured.
+                if value.array?.isEmpty == true { capture.ports = [] } else if let ports = ports(value, keyPath) { capture.ports = ports.sorted() }
+            case "local":
+                if let flag = bool(value, keyPath) { capture.local = flag }
+            case "block_quic":
+                if let flag = bool(value, keyPath) { capture.blockQUIC = flag }
+            case "exempt_users":
+                guard let names = strings(value, keyPath) else { continue }
+                for name in names where !Self.isUserName(name) {
+                    error(keyPath, element: name, "capture.exempt_users: \"\(name)\" is not a user name (letters, digits, \"_\", \"-\" and \".\", not starting with \"-\")")
+                }
+                capture.exemptUsers = names
+            default:
+                unknownKey(keyPath, value, known: Self.captureKeys)
+            }
+        }
+    }
+
+    /// A user name `useradd` accepts: at most 32 letters, digits, `_`, `-`, `.` (and a final `$`),
+    /// not starting with `-` and not all digits (nftables would read that as a uid).
+    static func isUserName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard !bytes.isEmpty, bytes.count <= 32, bytes[0] != UInt8(ascii: "-"),
+              !bytes.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else { return false }
+        return bytes.enumerated().allSatisfy { index, byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "."):
+                return true
+            case UInt8(ascii: "$"):
+                return index == bytes.count - 1
+            default:
+                return false
+            }
+        }
+    }
+
+    /// An array of `IP:PORT` listen addresses (`proxy.listen`, `proxy.transparent_listen`).
+    mutating func listenAddresses(_ value: TOMLValueConvertible, _ keyPath: [String], allowEmpty: Bool) -> [ListenAddress]? {
+        guard let texts = strings(value, keyPath, allowEmpty: allowEmpty) else { return nil }
+        var addresses: [ListenAddress] = []
+        for text in texts {
+            guard let address = ListenAddress(text) else {
+                error(keyPath, element: text, "\(displayKeyPath(keyPath)): \"\(text)\" is not IP:PORT (for example \"127.0.0.1:3128\" or \"[::1]:3128\")")
+                continue
+            }
+            addresses.append(address)
+        }
+        return addresses
     }
 
     mutating func decodeResolve(_ table: TOMLTable) -> [String: [IPAddress]] {
@@ -182,8 +269,9 @@ struct ConfigDecoder {
 
     // MARK: A policy table
 
-    /// The policy table `table` written at `path`; nil when a key of it cannot be decoded.
-    mutating func decodePolicy(_ table: TOMLTable, _ path: [String], name: String, pattern: HostPattern?) -> RawPolicy? {
+    /// The policy table `table` written at `path`, and whether every key of it decoded (a key
+    /// that did not keeps its default).
+    mutating func decodePolicy(_ table: TOMLTable, _ path: [String], name: String, pattern: HostPattern?) -> (policy: RawPolicy, decoded: Bool) {
         let findingsBefore = findings.count
         var policy = RawPolicy(path: path, name: name, pattern: pattern)
         let keyCount = table.count
@@ -243,7 +331,7 @@ struct ConfigDecoder {
                 var components = DateComponents()
                 (components.year, components.month, components.day) = (date.year, date.month, date.day + 1)
                 var calendar = Calendar(identifier: .gregorian)
-                calendar.timeZone = TimeZone(identifier: "UTC")!
+                calendar.timeZone = .gmt
                 guard let end = calendar.date(from: components) else {
                     typeError(keyPath, value, expected: "a date such as 2027-01-31")
                     continue
@@ -274,15 +362,15 @@ struct ConfigDecoder {
             case "crls":
                 if let files = strings(value, keyPath) { policy.crlFiles = files }
             default:
-                preconditionFailure("policy key \(key) has no reader")
+                error(keyPath, "\(displayKeyPath(keyPath)) is not read by this pinproxy")
             }
         }
         if found < keyCount {
             for key in table.keys where !Self.policyKeys.contains(key) {
-                unknownKey(path + [key], known: Self.policyKeys)
+                unknownKey(path + [key], table[key], known: Self.policyKeys)
             }
         }
-        return findings.count == findingsBefore ? policy : nil
+        return (policy, findings.count == findingsBefore)
     }
 
     // MARK: Findings
@@ -291,11 +379,17 @@ struct ConfigDecoder {
         findings.append(.error(keyPath, element: element, message))
     }
 
-    mutating func unknownKey(_ keyPath: [String], known: [String]) {
-        let key = keyPath.last!
+    /// An unknown key, with the valid keys of its table nearest to it (at most 2 edits away):
+    /// of equally near ones, those that take `value`'s type, else all of them.
+    mutating func unknownKey(_ keyPath: [String], _ value: TOMLValueConvertible?, known: [String]) {
+        let key = keyPath.last ?? ""
         var message = "unknown key \(displayKeyPath(keyPath))"
-        if let close = known.min(by: { editDistance($0, key) < editDistance($1, key) }), editDistance(close, key) <= 2 {
-            message += " (did you mean \"\(close)\"?)"
+        let distances = known.map { (key: $0, distance: editDistance($0, key)) }
+        if let nearest = distances.map(\.distance).min(), nearest <= 2 {
+            var candidates = distances.filter { $0.distance == nearest }.map(\.key)
+            let typed = candidates.filter { candidate in value.map { Self.key(candidate, takes: $0.type) } ?? false }
+            if !typed.isEmpty { candidates = typed }
+            message += " (did you mean " + candidates.map { "\"\($0)\"" }.joined(separator: " or ") + "?)"
         }
         error(keyPath, message)
     }
@@ -339,7 +433,8 @@ struct ConfigDecoder {
             return nil
         }
         guard range.contains(number) else {
-            error(keyPath, "\(displayKeyPath(keyPath)) must be between \(range.lowerBound) and \(range.upperBound)")
+            let bounds = range.upperBound == Int.max ? "at least \(range.lowerBound)" : "between \(range.lowerBound) and \(range.upperBound)"
+            error(keyPath, "\(displayKeyPath(keyPath)) must be \(bounds)")
             return nil
         }
         return number

@@ -44,13 +44,19 @@ block_private_destinations = true
 
 # Pin-failure reports (RFC 7469 JSON, plus pinproxy's reason and entry) for every refusal, and
 # every report-only "would refuse", by a certificate reason. "file:PATH" appends JSON lines
-# (reopened on SIGHUP, for logrotate); "https://HOST[:PORT]/PATH" POSTs them in batches (a JSON
-# array) from a thread of their own, with retries; the collector is verified like any other
-# host (its [hosts] entry applies). At most 10 reports per host a minute; a full queue drops.
+# (reopened on SIGHUP, for logrotate) to a regular file of the daemon's user with one link: a
+# symbolic link, FIFO or hard link at PATH is refused and logged. "https://HOST[:PORT]/PATH"
+# POSTs them in batches (a JSON array) from a thread of their own, with retries; the collector
+# is verified like any other host (its [hosts] entry applies). At most 10 reports per host a
+# minute and report_rate_limit for all hosts together; a full queue drops. Takes effect at start.
 # report_to = ["file:/var/log/pinproxy/reports.jsonl", "https://reports.example.com/pinproxy"]
+# report_rate_limit = 600            # reports a minute, all hosts together
+# report_file_max_bytes = 67108864   # a file stops growing here (64 MiB); reports are dropped
+#                                    # until it is reopened (SIGHUP): pinproxy never renames it
 
 # verify_command (a policy key, below) runs off the event loops: at most this many at once,
-# each killed after its timeout (the connection is then refused), answers reused this long.
+# each killed with its process group after its timeout (the connection is then refused), exit
+# statuses reused this long (a reload forgets them).
 # verify_command_timeout = 5
 # verify_command_concurrency = 4
 # verify_command_cache = 300
@@ -74,11 +80,24 @@ block_private_destinations = true
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
 # client_identity_timeout = 2  # with [clients]: the user's name, unit and program, looked up off the loop
 
+# The egress lock's listener (docs/deployment.md): clients that `pinproxy egress apply`
+# redirects arrive here without CONNECT; the host comes from their SNI. One 127.0.0.1 and
+# one [::1] address. Bound by pinproxy itself, even under socket activation; restart-only.
+# transparent_listen = ["127.0.0.1:3129", "[::1]:3129"]
+
 # [resolve]
 # Names answered here instead of by DNS: one address or a list. These answers are checked
 # like DNS answers: a private address here needs block_private_destinations = false.
 # "api.internal.test" = "127.0.0.1"
 # "dual.internal.test" = ["127.0.0.1", "::1"]
+
+# [capture]
+# The egress lock (`pinproxy egress print|apply|remove|status`): an nftables table that sends
+# this host's outgoing HTTPS to transparent_listen. These are the defaults.
+# ports = [443]                # outgoing TCP to these is redirected
+# local = false                # true: this host's own addresses are captured too
+# block_quic = true            # outgoing UDP to these ports is rejected (HTTP/3 falls back to TCP)
+# exempt_users = ["pinproxy"]  # their processes go out uncaptured: the user pinproxy runs as
 
 [default]
 # The policy for hosts that no [hosts."..."] entry matches. Host entries do not

@@ -136,7 +136,7 @@ public enum TrustEvaluator {
     static func outcome(_ failures: [Verdict.Failure], policy: HostPolicy, notes: inout [String]) -> Verdict.Outcome {
         guard let first = failures.first else { return .allow }
         if policy.enforce { return .refuse(first.reason) }
-        if let enforced = failures.first(where: { !$0.reason.mayBeReportOnly }) {
+        if let enforced = failures.first(where: { !$0.reason.traits.mayBeReportOnly }) {
             notes.append("enforce = false does not apply to \(enforced.reason.rawValue): only pin, unknown-revocation, custom-check, host and port refusals can be report-only")
             return .refuse(enforced.reason)
         }

@@ -173,13 +173,29 @@ public final class PolicyEntry: Sendable {
     /// The line of the entry's table header (0 when the config did not write it).
     public let line: Int
     public let policy: HostPolicy
+    /// The files the entry names, as written (relative to the config's directory).
+    public let written: WrittenFiles
     private let cachedFingerprint = Locked<String?>(nil)
 
-    public init(pattern: HostPattern?, name: String, line: Int, policy: HostPolicy) {
+    /// The `trust` list and `crls` of an entry as the config writes them: what a block that
+    /// replaces the entry must name again.
+    public struct WrittenFiles: Sendable {
+        /// `trust` when it is a list (with "system" where written); nil for a word.
+        public var trust: [String]?
+        public var crls: [String]?
+
+        public init(trust: [String]? = nil, crls: [String]? = nil) {
+            self.trust = trust
+            self.crls = crls
+        }
+    }
+
+    public init(pattern: HostPattern?, name: String, line: Int, policy: HostPolicy, written: WrittenFiles = WrittenFiles()) {
         self.pattern = pattern
         self.name = name
         self.line = line
         self.policy = policy
+        self.written = written
     }
 
     /// `policy.fingerprint`, computed once (on first use, so a 100,000-entry `check` does not

@@ -16,7 +16,7 @@ final class InBackground<Value>: @unchecked Sendable {
     /// Waits for the value.
     func result() -> Value {
         done.wait()
-        return value!
+        return value!  // Unreachable nil: the work stores the value before `leave`, which `wait` waited for.
     }
 }
 
@@ -40,10 +40,11 @@ final class SliceResults<Result>: @unchecked Sendable {
         lock.unlock()
     }
 
-    /// Every slot, once all tasks have stored theirs.
-    var all: [Result] {
+    /// Every slot once all tasks have stored theirs; nil while one has not.
+    var all: [Result]? {
         lock.lock()
         defer { lock.unlock() }
-        return slots.map { $0! }
+        let stored = slots.compactMap { $0 }
+        return stored.count == slots.count ? stored : nil
     }
 }

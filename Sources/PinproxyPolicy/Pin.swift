@@ -7,6 +7,7 @@ public struct Pin: Hashable, Sendable, CustomStringConvertible {
 
     /// Wraps a digest computed from a certificate.
     public init(digest: [UInt8]) {
+        // Unreachable: every caller passes a `SHA256.hash` or a certificate's SHA-256, 32 bytes.
         precondition(digest.count == 32, "a SHA-256 digest has 32 bytes")
         self.digest = digest
     }

@@ -20,48 +20,67 @@ struct PolicyFiles {
         self.systemStore = systemStore
     }
 
+    /// What the files an entry names hold.
+    struct Contents {
+        /// `verify_command` with its executable's path resolved.
+        var verifyCommand: [String]?
+        var pinned: [Certificate] = []
+        var revocationLists: [RevocationList] = []
+        /// The listed `trust` certificates (the pinned ones under `trust = "pinned"`).
+        var anchors: [Certificate] = []
+    }
+
+    /// Reads every file `raw` names, reporting each one that is missing or unusable. It needs
+    /// no rule to hold, so the loader reads the files of an entry that breaks one too.
+    mutating func read(_ raw: RawPolicy) -> (Contents, [Finding]) {
+        var findings: [Finding] = []
+        var contents = Contents()
+        if let command = raw.verifyCommand {
+            let executable = resolve(command[0])
+            if Self.isExecutableFile(executable) {
+                contents.verifyCommand = [executable] + command.dropFirst()
+            } else {
+                findings.append(.error(raw.path + ["verify_command"], element: command[0],
+                                       "\(raw.name): verify_command \"\(command[0])\" is not an executable file (\(executable))"))
+            }
+        }
+        contents.pinned = certificates(raw.certificateFiles, raw.path + ["certificates"], what: "pinned certificate", into: &findings) ?? []
+        if raw.revocation == .crl || raw.crlFiles != nil {
+            contents.revocationLists = revocationLists(raw.crlFiles ?? [], raw.path + ["crls"], into: &findings) ?? []
+        }
+        switch raw.trust {
+        case .pinned: contents.anchors = contents.pinned
+        case .listed(let files, _): contents.anchors = certificates(files, raw.path + ["trust"], what: "anchor", into: &findings) ?? []
+        case .system, .none: break
+        }
+        return (contents, findings)
+    }
+
     /// The policy `raw` describes, with what its files hold; nil (and the errors) when a file
     /// is missing or unusable. `raw` must have passed `ConfigRules`.
     mutating func policy(_ raw: RawPolicy, defaultPorts: Set<UInt16>) -> (HostPolicy?, [Finding]) {
-        var findings: [Finding] = []
+        var (contents, findings) = read(raw)
         var settings = HostPolicy.Settings(trust: .none, ports: raw.ports ?? defaultPorts)
         settings.action = raw.action
         settings.validateHost = raw.validateHost
         settings.pinKind = raw.pinKind
         settings.enforce = raw.enforce
         settings.requireWebPKIProfile = raw.requireWebPKIProfile
-        if let command = raw.verifyCommand {
-            let executable = resolve(command[0])
-            if Self.isExecutableFile(executable) {
-                settings.verifyCommand = [executable] + command.dropFirst()
-            } else {
-                findings.append(.error(raw.path + ["verify_command"], element: command[0],
-                                       "\(raw.name): verify_command \"\(command[0])\" is not an executable file (\(executable))"))
-            }
-        }
+        settings.verifyCommand = contents.verifyCommand
         settings.expires = raw.expires?.written
         settings.pinsExpireAt = raw.expires?.end
         settings.includeSubdomains = raw.includeSubdomains
         settings.minTLS = raw.minTLS
 
-        let pinned = certificates(raw.certificateFiles, raw.path + ["certificates"], what: "pinned certificate", into: &findings) ?? []
+        let pinned = contents.pinned
         settings.pinnedCertificates = pinned
         switch raw.revocation {
         case .off: settings.revocation = .off
         case .ocspStaple: settings.revocation = .ocspStaple
-        case .crl: settings.revocation = .crl(revocationLists(raw.crlFiles ?? [], raw.path + ["crls"], into: &findings) ?? [])
+        case .crl: settings.revocation = .crl(contents.revocationLists)
         }
-        var anchors: [Certificate] = []
-        switch raw.trust {
-        case .system:
-            if let store = system(raw.path, into: &findings) { settings.trust = .system(store) }
-        case .pinned:
-            anchors = pinned
-        case .listed(let files, _):
-            anchors = certificates(files, raw.path + ["trust"], what: "anchor", into: &findings) ?? []
-        case .none:
-            settings.trust = .none
-        }
+        let anchors = contents.anchors
+        if raw.trust == .system, let store = system(raw.path, into: &findings) { settings.trust = .system(store) }
         guard !findings.hasErrors else { return (nil, findings) }
         do {
             switch raw.trust {
@@ -167,7 +186,7 @@ struct PolicyFiles {
                 }
                 for name in names {
                     do {
-                        loaded += try Certificate.parseAll(path.appending(name).read())
+                        loaded += try Certificate.parseAll(path.appending(name).read(.certificates))
                     } catch {
                         findings.append(.error(keyPath, element: file, "\(what) \"\(file)/\(FilePathBytes.display(name))\" \(error)"))
                         failed = true
@@ -175,7 +194,7 @@ struct PolicyFiles {
                 }
             } else {
                 do {
-                    loaded = try Certificate.parseAll(path.read())
+                    loaded = try Certificate.parseAll(path.read(.certificates))
                 } catch {
                     findings.append(.error(keyPath, element: file, "\(what) \"\(file)\" \(error)"))
                     failed = true
@@ -201,7 +220,7 @@ struct PolicyFiles {
         for file in files {
             let resolved = resolve(file)
             do {
-                result += try RevocationList.parseAll(FilePathBytes(resolved).read())
+                result += try RevocationList.parseAll(FilePathBytes(resolved).read(.crls))
             } catch let error as FileReadError where error == .missing {
                 findings.append(.error(keyPath, element: file, "CRL file \"\(file)\" does not exist (\(resolved))"))
                 failed = true

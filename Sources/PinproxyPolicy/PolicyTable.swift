@@ -53,6 +53,7 @@ public struct PolicyTable: Sendable {
 
     /// Builds the table with `positions` made from exactly these entries' patterns, in order.
     init(defaultEntry: PolicyEntry, entries: [PolicyEntry], positions: Positions) {
+        // Unreachable: positions come from these entries (`init` above) or pass `fit` first (`Load.config`).
         precondition(positions.fit(entries), "the positions were not made from these entries")
         self.defaultEntry = defaultEntry
         self.entries = entries

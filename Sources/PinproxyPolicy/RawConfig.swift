@@ -62,6 +62,12 @@ struct RawPolicy: Sendable {
     /// Whether pins are given, by digest or by certificate.
     var hasPinMaterial: Bool { !pins.isEmpty || !certificateFiles.isEmpty }
 
+    /// The `trust` list and `crls` as written.
+    var writtenFiles: PolicyEntry.WrittenFiles {
+        guard case .listed(let files, let includingSystem) = trust else { return .init(trust: nil, crls: crlFiles) }
+        return .init(trust: (includingSystem ? ["system"] : []) + files, crls: crlFiles)
+    }
+
     /// Whether the entry pins anything.
     var isPinned: Bool { pinKind != .none && hasPinMaterial }
 }

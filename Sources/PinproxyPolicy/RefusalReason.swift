@@ -23,51 +23,79 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case destinationDenied = "destination-denied"
     case cleartextDenied = "cleartext-denied"
     case badRequest = "bad-request"
+    /// A transparent-listener client sent no SNI, and no entry names the destination's address.
+    case noSNI = "no-sni"
+    /// A connection pinproxy made itself came back to its transparent listener, or one was
+    /// made straight to it: nothing it could be relayed to.
+    case captureLoop = "capture-loop"
     case dnsFailure = "dns-failure"
     case upstreamUnreachable = "upstream-unreachable"
     case handshakeFailed = "handshake-failed"
     case upstreamTimeout = "upstream-timeout"
 
-    /// Whether the verdict decides this reason from the entry (host, port, certificate), rather
-    /// than the proxy (request, destination, upstream, TLS version).
-    public var isPolicyDecision: Bool {
-        switch self {
-        case .hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
-             .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .customCheck:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// Whether the certificate the server presented is why: the reasons a pin-failure report
-    /// (`report_to`) is sent for.
-    public var isCertificateReason: Bool {
-        switch self {
-        case .untrustedChain, .certificateExpired, .certificateNotYetValid, .revoked, .revocationUnknown,
-             .hostnameMismatch, .pinMismatch, .customCheck:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
-    /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
-    /// operator's own check, an addition like pins). The chain, its dates, the
-    /// host name and a revocation are always enforced: behind an intercepting proxy the client
-    /// has no check of its own left.
-    public var mayBeReportOnly: Bool {
-        switch self {
-        case .hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck:
-            return true
-        default:
-            return false
-        }
-    }
-
     /// Declaration order is priority order: the first failing check names the verdict.
     public static func < (lhs: RefusalReason, rhs: RefusalReason) -> Bool {
-        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+        lhs.priority < rhs.priority
     }
+
+    /// The position in declaration order (every case is in `allCases`).
+    private var priority: Int { Self.allCases.firstIndex(of: self) ?? Self.allCases.count }
+
+    /// What pinproxy does with this reason: the one table every part of it reads. Every case
+    /// states every column, so a new reason cannot fall into another's treatment, and a new
+    /// column is a field of `RefusalTraits` filled in here.
+    public var traits: RefusalTraits {
+        switch self {
+        //                                        status report policy cert metric label
+        // client-denied: report-only under its [clients] section's own enforce, not the entry's.
+        case .clientDenied:            return row(403, false, false, false, "client-denied")
+        case .hostDenied:              return row(403, true,  true,  false, "host-denied")
+        case .portDenied:              return row(403, true,  true,  false, "port-denied")
+        case .untrustedChain:          return row(403, false, true,  true,  "untrusted-chain")
+        case .certificateExpired:      return row(403, false, true,  true,  "certificate-expired")
+        case .certificateNotYetValid:  return row(403, false, true,  true,  "certificate-not-yet-valid")
+        case .revoked:                 return row(403, false, true,  true,  "revoked")
+        case .revocationUnknown:       return row(403, true,  true,  true,  "revocation-unknown")
+        case .hostnameMismatch:        return row(403, false, true,  true,  "hostname-mismatch")
+        case .pinMismatch:             return row(403, true,  true,  true,  "pin-mismatch")
+        case .customCheck:             return row(403, true,  true,  true,  "custom-check")
+        case .tlsVersion:              return row(403, false, false, false, "tls-version")
+        case .destinationDenied:       return row(403, false, false, false, "destination-denied")
+        case .cleartextDenied:         return row(403, false, false, false, "cleartext-denied")
+        case .badRequest:              return row(400, false, false, false, "bad-request")
+        case .noSNI:                   return row(403, false, false, false, "no-sni")
+        case .captureLoop:             return row(403, false, false, false, "capture-loop")
+        case .dnsFailure:              return row(502, false, false, false, "dns-failure")
+        case .upstreamUnreachable:     return row(502, false, false, false, "upstream-unreachable")
+        case .handshakeFailed:         return row(502, false, false, false, "handshake-failed")
+        case .upstreamTimeout:         return row(504, false, false, false, "upstream-timeout")
+        }
+    }
+}
+
+/// One reason's row of the table `RefusalReason.traits`.
+public struct RefusalTraits: Sendable {
+    /// The HTTP status of a refusal for this reason (the CONNECT answer, or the in-TLS page).
+    public let httpStatus: Int
+    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
+    /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
+    /// operator's own check, an addition like pins). The chain, its dates, the host name and a
+    /// revocation are always enforced: behind an intercepting proxy the client has no check of
+    /// its own left.
+    public let mayBeReportOnly: Bool
+    /// Whether the verdict decides this reason from the entry (host, port, certificate), rather
+    /// than the proxy (request, destination, upstream, TLS version).
+    public let isPolicyDecision: Bool
+    /// Whether the certificate the server presented is why: the reasons a pin-failure report
+    /// (`report_to`) is sent for.
+    public let isCertificateReason: Bool
+    /// The value of the `reason` label of the metrics that count refusals.
+    public let metricLabel: String
+}
+
+/// A row of `RefusalReason.traits`, in its columns' order.
+private func row(_ httpStatus: Int, _ mayBeReportOnly: Bool, _ isPolicyDecision: Bool, _ isCertificateReason: Bool,
+                 _ metricLabel: String) -> RefusalTraits {
+    RefusalTraits(httpStatus: httpStatus, mayBeReportOnly: mayBeReportOnly, isPolicyDecision: isPolicyDecision,
+                  isCertificateReason: isCertificateReason, metricLabel: metricLabel)
 }

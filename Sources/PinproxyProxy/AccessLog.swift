@@ -15,6 +15,8 @@ public struct AccessLog: Sendable {
         case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
         case alpn, detail
         case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"
+        /// `connect` or `transparent`: on decision and tunnel lines.
+        case listener
         case bytesUp = "bytes_up", bytesDown = "bytes_down", duration
         case address, config, error, entries, warning
     }
@@ -47,7 +49,7 @@ public struct AccessLog: Sendable {
     /// `Field` order (a field given twice keeps its last value).
     public func emit(_ level: Logger.Level, _ event: String, _ fields: [(Field, String)], certificates: Certificates? = nil) {
         var values = [LineValue?](repeating: nil, count: Field.allCases.count)
-        for (field, value) in fields { values[Self.rank[field]!] = .text(value) }
+        for (field, value) in fields { values[Self.rank[field]!] = .text(value) }  // `rank` holds every Field: never nil
         if let certificates {
             for (field, value) in certificateFields(certificates) { values[Self.rank[field]!] = value }
         }

@@ -11,7 +11,10 @@ typealias LoopTimer = PinproxyInterop.Timer
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
 /// offer: connect → upstream TLS → evaluate again) → relay. Each step lives in the file named
-/// after it; all of them run on the connection's worker loop.
+/// after it; all of them run on the connection's worker loop. A connection on the transparent
+/// listener starts otherwise: read its ClientHello (`TransparentHello.swift`) → the host from its
+/// SNI and the address from its original destination (`OriginalDestination.swift`) → connect,
+/// offering the client's own ALPN list → … → intercept without a 200 → relay.
 ///
 /// The connection is a state machine. Each `State` holds what its step works with (the
 /// destination once known, the pending lookup or connect, the upstream, the verdict) and the
@@ -23,14 +26,17 @@ final class ClientConnection {
     enum State {
         /// Reading the CONNECT request, within `request_timeout`.
         case readingRequest(RequestHead, timer: LoopTimer)
+        /// Transparent listener: reading the client's ClientHello (kept buffered), within
+        /// `request_timeout`; the addresses say where the client was going.
+        case readingTransparentHello(ConnectionAddresses, ClientHelloReader, timer: LoopTimer)
         /// With `[clients]`: the owner of the client's socket is known, and what can block
         /// (its user's name, unit, program) is looked up off the loop, within
-        /// `client_identity_timeout`.
-        case identifying(RequestTarget, PendingIdentity, timer: LoopTimer)
+        /// `client_identity_timeout`; the request waits with it.
+        case identifying(ClientRequest, PendingIdentity, timer: LoopTimer)
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, DNSRequest, timer: LoopTimer)
         /// Connecting to the checked addresses in turn, all within `connect_timeout`: for the
-        /// first upstream, or again for the client's ALPN offer (`opening`).
+        /// first upstream, again for the client's ALPN offer, or for a transparent client (`opening`).
         case connecting(Destination, ConnectAttempt, Opening)
         /// The upstream TLS handshake, within `handshake_timeout`.
         case upstreamHandshake(Destination, Upstream, timer: LoopTimer, Opening)
@@ -57,14 +63,18 @@ final class ClientConnection {
         var name: String {
             switch self {
             case .readingRequest: "reading-request"
+            case .readingTransparentHello: "reading-transparent-hello"
             case .identifying: "identifying"
             case .resolving: "resolving"
             case .connecting(_, _, .first): "connecting"
             case .connecting(_, _, .reopen): "reopen-connecting"
+            case .connecting(_, _, .transparent): "transparent-connecting"
             case .upstreamHandshake(_, _, _, .first): "upstream-handshake"
             case .upstreamHandshake(_, _, _, .reopen): "reopen-upstream-handshake"
+            case .upstreamHandshake(_, _, _, .transparent): "transparent-upstream-handshake"
             case .checkingCommand(_, _, _, _, .first): "checking-command"
             case .checkingCommand(_, _, _, _, .reopen): "reopen-checking-command"
+            case .checkingCommand(_, _, _, _, .transparent): "transparent-checking-command"
             case .readingClientHello: "reading-client-hello"
             case .clientHandshake: "client-handshake"
             case .relaying: "relaying"
@@ -80,7 +90,8 @@ final class ClientConnection {
             switch self {
             case .resolving(_, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .identifying, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+            case .readingRequest, .readingTransparentHello, .identifying, .upstreamHandshake, .checkingCommand, .readingClientHello,
+                 .clientHandshake,
                  .relaying, .refusing, .refusingInTLS, .closed: break
             }
         }
@@ -118,12 +129,15 @@ final class ClientConnection {
         /// ClientHello (waiting in the client's buffer) offers; a refusal can only cut the
         /// client's handshake off. `after` is the first upstream's outcome, which the 200 told.
         case reopen(for: ClientHello, after: Verdict.Outcome)
+        /// The only upstream of a transparent client, offering what its ClientHello (waiting
+        /// in the client's buffer) offers; a refusal is a page inside the client's TLS.
+        case transparent(for: ClientHello)
 
         /// What the upstream is offered.
         var offer: ALPNOffer {
             switch self {
             case .first: ALPNOffer.upstreamDefault
-            case .reopen(let hello, _): ALPNAgreement.reopenOffer(for: hello.alpn)
+            case .reopen(let hello, _), .transparent(let hello): ALPNAgreement.reopenOffer(for: hello.alpn)
             }
         }
     }
@@ -146,6 +160,8 @@ final class ClientConnection {
         let address: SocketAddress
         let offer: ALPNOffer
         let started: Date
+        /// Its socket's entry among the daemon's own (while a transparent listener is on).
+        let own: OwnUpstreams.Registration?
     }
 
     /// An upstream the verdict admitted, the protocol it negotiated, and the relay's counters
@@ -174,8 +190,10 @@ final class ClientConnection {
 
     let worker: Worker
     let client: SocketAddress?
-    /// Where the client's socket is connected to (this end of the connection); looked up only
-    /// when the config has `[clients]`.
+    /// The listener the client arrived on.
+    let listener: ListenerKind
+    /// Where the client's socket is connected to on the CONNECT listener (this end of the
+    /// connection); read only when the config has `[clients]`.
     let ourEnd: SocketAddress?
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
@@ -191,24 +209,31 @@ final class ClientConnection {
     /// How long a refusal may take to reach the client.
     static let refusalGrace: TimeInterval = 5
 
-    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config) {
+    /// Throws (the socket closed) when the client's buffer event cannot be made.
+    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config, listener: ListenerKind) throws {
         self.worker = worker
         self.client = client
+        self.listener = listener
         self.config = config
-        ourEnd = config.clients.isEmpty ? nil : SocketAddress.local(of: socket)
+        ourEnd = config.clients.isEmpty || listener == .transparent ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
-        self.clientSide = BufferEvent(loop: worker.loop, socket: socket)
+        self.clientSide = try BufferEvent(loop: worker.loop, socket: socket)
     }
 
     /// Step 1 (after accept): read the request within `request_timeout`. The client is watched
     /// from here until its tunnel opens: if it leaves, whatever is under way upstream stops.
     func start() {
-        clientSide.onRead = { [weak self] in self?.clientReadable() }
-        clientSide.onWrite = { [weak self] in self?.clientWritable() }
-        clientSide.onEvent = { [weak self] events in self?.clientEvent(events) }
+        watchClient()
         let timer = LoopTimer(loop: worker.loop, after: config.proxy.requestTimeout) { [weak self] in self?.requestTimedOut() }
         enter(.readingRequest(RequestHead(), timer: timer))
         clientSide.setReading(true)
+    }
+
+    /// Routes the plain client socket's events to this connection.
+    func watchClient() {
+        clientSide.onRead = { [weak self] in self?.clientReadable() }
+        clientSide.onWrite = { [weak self] in self?.clientWritable() }
+        clientSide.onEvent = { [weak self] events in self?.clientEvent(events) }
     }
 
     /// Moves to `next`, abandoning what the current state waited for.
@@ -224,6 +249,8 @@ final class ClientConnection {
         switch state {
         case .readingRequest:
             readRequest()
+        case .readingTransparentHello:
+            continueTransparentHello()
         case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
@@ -232,11 +259,14 @@ final class ClientConnection {
             }
         case .readingClientHello:
             continueClientHello()
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
+        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen),
+             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent):
             // The ClientHello waits in the buffer for the real handshake; more than a
             // ClientHello and some early bytes is not a client waiting for its ServerHello.
             if clientSide.inputLength > ClientHelloReader.maximumBytes + Self.maxEarlyBytes {
-                clientHandshakeFailed("the client sent more than \((ClientHelloReader.maximumBytes + Self.maxEarlyBytes) / 1024) KiB before its handshake was answered")
+                let why = "the client sent more than \((ClientHelloReader.maximumBytes + Self.maxEarlyBytes) / 1024) KiB before its handshake was answered"
+                if listener == .transparent { return refuse(.badRequest, why) }
+                clientHandshakeFailed(why)
             }
         case .refusing:
             clientSide.discardInput()
@@ -252,18 +282,21 @@ final class ClientConnection {
         case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
              .checkingCommand(_, _, _, _, .reopen):
             break  // the 200 has gone out
-        case .readingRequest, .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first), .clientHandshake, .relaying, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .connecting(_, _, .first),
+             .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent),
+             .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent), .clientHandshake, .relaying,
+             .refusingInTLS, .closed:
             unexpected("a write completion on the plain client socket")
         }
     }
 
     private func clientEvent(_ events: BufferEvent.Events) {
         switch state {
-        case .readingRequest, .refusing:
-            // Gone before its request was complete, or after its refusal: nothing to abandon.
+        case .readingRequest, .readingTransparentHello, .refusing:
+            // Gone before its request (or ClientHello) was complete, or after its refusal: nothing to abandon.
             close()
-        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
+             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent):
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
@@ -286,22 +319,23 @@ final class ClientConnection {
         let how = events.contains(.error) ? "reset" : "closed"
         let abandoned: String
         switch state {
-        case .identifying(let target, _, _):
-            abandoned = "while it was being identified for \(target.host):\(target.port)"
+        case .identifying(let request, _, _):
+            abandoned = "while it was being identified for \(request.host):\(request.port)"
         case .resolving(let destination, _, _):
             abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
-        case .connecting(let destination, let attempt, .first):
+        case .connecting(let destination, let attempt, .first), .connecting(let destination, let attempt, .transparent):
             abandoned = "while connecting to \(destination) (\(attempt.addresses[attempt.index])): the connect is abandoned"
-        case .upstreamHandshake(let destination, let upstream, _, .first):
+        case .upstreamHandshake(let destination, let upstream, _, .first), .upstreamHandshake(let destination, let upstream, _, .transparent):
             abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
-        case .checkingCommand(let destination, let upstream, _, _, .first):
+        case .checkingCommand(let destination, let upstream, _, _, .first), .checkingCommand(let destination, let upstream, _, _, .transparent):
             abandoned = "while the verify_command for \(destination) (\(upstream.address)) ran: the upstream is closed"
-        case .readingRequest, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake, .relaying, .refusing,
-             .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+             .relaying, .refusing, .refusingInTLS, .closed:
             return unexpected("the client leaving")
         }
         logDecision(outcome: "client-gone", reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
+        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener,
+                                         client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
         close()
     }
 
@@ -345,12 +379,12 @@ final class ClientConnection {
             let destination = tunnel.destination
             worker.shared.tunnelClosed()
             worker.shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
-                (.host, destination.host.description), (.port, String(destination.port)),
-                (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
+                (.listener, listener.rawValue), (.host, destination.host.description),
+                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
-        case .readingRequest, .identifying, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
             break
         }
         worker.remove(self)
@@ -363,8 +397,11 @@ final class ClientConnection {
         switch state {
         case .readingRequest(let head, _):
             return head.target.map { ($0.host, $0.port, nil) }
-        case .identifying(let target, _, _):
-            return (target.host, target.port, nil)
+        case .readingTransparentHello(let addresses, _, _):
+            guard case .success(let original) = addresses.original else { return nil }
+            return (.ip(original.address), original.port, nil)
+        case .identifying(let request, _, _):
+            return (request.host, request.port, nil)
         case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
              .checkingCommand(let destination, _, _, _, _):
             return (destination.host, destination.port, destination.entry)
@@ -385,7 +422,7 @@ final class ClientConnection {
             return destination.client
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
             return tunnel.destination.client
-        case .readingRequest, .identifying, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .refusing, .refusingInTLS, .closed:
             return nil
         }
     }

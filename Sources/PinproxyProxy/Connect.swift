@@ -31,7 +31,9 @@ extension ClientConnection {
         let address = attempt.addresses[index]
         switch result {
         case .success(let socket):
-            return startUpstreamTLS(socket: socket, address: address, for: destination, opening: opening)
+            // Registered before its ClientHello goes out, so that a capture loop is recognised.
+            let own = worker.shared.ownUpstreams?.register(socket)
+            return startUpstreamTLS(socket: socket, address: address, for: destination, opening: opening, own: own)
         case .failure(.timedOut):
             attempt.failures.append("\(address): timed out")
             attempt.timedOut = true

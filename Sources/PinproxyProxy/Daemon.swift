@@ -12,12 +12,15 @@ public final class Daemon {
     private let configPath: String?
     private let shared: SharedState
     private let settings: ProxySettings
-    private let control = EventLoop()
+    private let control: EventLoop
     private var workers: [Worker] = []
     private var signals: [SignalWatcher] = []
     private var drainTimer: PinproxyInterop.Timer?
     private let reloadQueue = DispatchQueue(label: "pinproxy.reload")
     private let notifier = SystemdNotifier()
+    /// Called (off the loops) once each SIGHUP has been handled, whatever its outcome:
+    /// `pinproxy run` replaces its pid file then, which tells `pinproxy reload` it is done.
+    public var afterReload: (@Sendable () -> Void)?
     private var adminServer: AdminHTTPServer?
     private var housekeeping: [PinproxyInterop.Timer] = []
 
@@ -48,6 +51,7 @@ public final class Daemon {
             case .error: log.emit(.error, "libevent", [(.detail, message)])
             }
         }
+        control = try EventLoop()
         // Signal handlers first: a signal that arrives once the port accepts must never find the
         // default action (death). Until the control loop runs, signals wait in libevent's queue.
         signals = [
@@ -60,15 +64,17 @@ public final class Daemon {
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
         // Checked before binding, so that no client is queued on a socket about to be closed,
         // and again after, against a daemon that bound at the same moment.
-        if inherited.isEmpty { try Self.refuseSharedListeners(config.proxy.listen, ours: []) }
+        // The transparent listeners are bound here under socket activation too.
+        let bound = (inherited.isEmpty ? config.proxy.listen : []) + config.proxy.transparentListen
+        try Self.refuseSharedListeners(bound, ours: [])
         for _ in 0..<count {
-            let worker = Worker(shared: shared)
-            if inherited.isEmpty { try worker.listen(on: config.proxy.listen) } else { try worker.listen(onInherited: inherited) }
+            let worker = try Worker(shared: shared)
+            if inherited.isEmpty { try worker.listen(on: config.proxy.listen, kind: .connect) } else { try worker.listen(onInherited: inherited) }
+            try worker.listen(on: config.proxy.transparentListen, kind: .transparent)
             workers.append(worker)
         }
-        if inherited.isEmpty {
-            try Self.refuseSharedListeners(config.proxy.listen, ours: Set(workers.flatMap(\.listenerInodes)))
-        } else {
+        try Self.refuseSharedListeners(bound, ours: Set(workers.flatMap(\.listenerInodes)))
+        if !inherited.isEmpty {
             log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
         }
         metrics.setPinExpiry(entries: ProxyMetrics.pinExpiryEntries(in: config.policies))
@@ -99,7 +105,7 @@ public final class Daemon {
         for address in addresses {
             let socketAddress = SocketAddress(address: address.address, port: address.port)
             if !ListeningSockets.inodes(overlapping: socketAddress).isSubset(of: ours) {
-                throw ListenerError(message: "another process already listens on \(socketAddress): with both listening, clients would be split between them. Stop it (another pinproxy?) or choose another proxy.listen")
+                throw ListenerError(message: "another process already listens on \(socketAddress): with both listening, clients would be split between them. Stop it (another pinproxy?) or choose another proxy.listen (or proxy.transparent_listen)")
             }
         }
     }
@@ -109,11 +115,11 @@ public final class Daemon {
         for (index, worker) in workers.enumerated() {
             worker.start(name: "pinproxy-worker-\(index)")
         }
-        for address in workers.first?.boundAddresses ?? [] {
-            shared.log.emit(.info, "listening", [(.address, address.description)])
+        for (address, kind) in workers.first?.boundAddresses ?? [] {
+            shared.log.emit(.info, "listening", [(.address, address.description), (.listener, kind.rawValue)])
         }
         if let adminServer {
-            shared.log.emit(.info, "metrics-listening", [(.address, "\(SocketAddress(address: IPAddress(adminServer.host)!, port: adminServer.boundPort))")])
+            shared.log.emit(.info, "metrics-listening", [(.address, adminServer.boundAddress.description)])
         }
         startHousekeeping()
         notifier.ready(status: statusLine())
@@ -173,16 +179,21 @@ public final class Daemon {
         }
         guard let configPath else {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
+            reloadQueue.async { [afterReload] in afterReload?() }
             return
         }
         // Report files are reopened whatever the config says: logrotate has moved them.
         shared.reports?.reopenFiles()
         notifier.reloading()
-        reloadQueue.async { [shared, settings, notifier] in
+        reloadQueue.async { [shared, settings, notifier, afterReload] in
             defer {
                 // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
                 if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
+                afterReload?()
             }
+            // Whatever the reload finds: a command's own files may change without the config.
+            // Answers stored meanwhile belong to the old entries, which new connections never use.
+            shared.customChecks.forgetAnswers()
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
                 let environment = ClientIdentityEnvironment.problems(in: config)
@@ -215,6 +226,7 @@ public final class Daemon {
     static func restartOnlyChanges(from running: ProxySettings, to loaded: ProxySettings) -> [String] {
         var changed: [String] = []
         if loaded.listen != running.listen { changed.append("listen") }
+        if loaded.transparentListen != running.transparentListen { changed.append("transparent_listen") }
         if loaded.caDirectory != running.caDirectory { changed.append("ca_dir") }
         if loaded.workers != running.workers { changed.append("workers") }
         if loaded.logFormat != running.logFormat { changed.append("log_format") }

@@ -34,6 +34,7 @@ extension ClientConnection {
         switch opening {
         case .first: intercept(tunnel)
         case .reopen(let hello, let first): admitReopened(tunnel, for: hello, after: first)
+        case .transparent: interceptTransparent(tunnel)
         }
     }
 
@@ -44,8 +45,9 @@ extension ClientConnection {
         let patience = settings.verifyCommandTimeout + settings.handshakeTimeout
         let timer = LoopTimer(loop: worker.loop, after: patience) { [weak self] in self?.customCheckTimedOut() }
         enter(.checkingCommand(destination, upstream, verdict, timer: timer, opening))
-        worker.shared.customChecks.check(command, chain: verdict.verified, host: destination.host, port: destination.port,
-                                         client: destination.client.identity, timeout: settings.verifyCommandTimeout, cacheSeconds: settings.verifyCommandCache,
+        worker.shared.customChecks.check(command, entry: destination.entry, chain: verdict.verified, host: destination.host, port: destination.port,
+                                         client: destination.client.identity, timeout: settings.verifyCommandTimeout,
+                                         cacheSeconds: settings.verifyCommandCache,
                                          on: worker.loop) { [weak self] result in self?.customCheckAnswered(result) }
     }
 
@@ -61,7 +63,7 @@ extension ClientConnection {
 
     private func customCheckTimedOut() {
         guard case .checkingCommand(_, let upstream, let builtIn, _, _) = state else { return unexpected("the verify_command timer") }
-        let late = CustomCheckResult(passed: false, detail: "verify_command did not answer within \(formatSeconds(config.proxy.verifyCommandTimeout + config.proxy.handshakeTimeout)) (waiting for a free slot included)")
+        let late = CustomCheckResult(passed: false, detail: "verify_command timed out: did not answer within \(formatSeconds(config.proxy.verifyCommandTimeout + config.proxy.handshakeTimeout)) (waiting for a free slot included)")
         let verdict = TrustEvaluator.adding(late, to: builtIn)
         guard verdict.allowsConnection else { return refuse(verdict: verdict, alpn: upstream.connection.selectedProtocol) }
         guard case .checkingCommand(let destination, _, _, _, let opening) = state else { return }

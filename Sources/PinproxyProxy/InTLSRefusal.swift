@@ -1,6 +1,7 @@
 import Foundation
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 /// `refusal = "in-tls"`: a refusal delivered inside the client's TLS, for clients that print
 /// only a CONNECT status (curl, git). It answers 200, completes the client's TLS with a leaf
@@ -52,13 +53,14 @@ final class InTLSRefusal {
     }
 
     /// Answers 200 on `client` (the plain connection, its CONNECT read; bytes after it are the
-    /// start of the client's handshake), starts the TLS
+    /// start of the client's handshake) unless `answerConnect` is false (a transparent client,
+    /// which sent no CONNECT), starts the TLS
     /// handshake with `leaf`, and returns the TLS connection, which replaces `client` for the
     /// caller (closing it sends what is buffered, then closes the socket).
-    static func start(client: BufferEvent, loop: EventLoop, context: TLSServerContext, leaf: LocalCA.MintedLeaf,
+    static func start(client: BufferEvent, answerConnect: Bool, loop: EventLoop, context: TLSServerContext, leaf: LocalCA.MintedLeaf,
                       serverName: String?, bufferLimit: Int, timeout: TimeInterval, page: RefusalResponse.Page,
                       finished: @escaping (Outcome) -> Void) throws -> BufferEvent {
-        client.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8))
+        if answerConnect { client.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8)) }
         let tls = try client.acceptTLS(loop: loop, context: context, certificate: leaf.certificate, key: leaf.key,
                                        serverName: serverName, applicationProtocol: .http11, bufferLimit: bufferLimit)
         let responder = InTLSRefusal(loop: loop, tls: tls, page: page, timeout: timeout, finished: finished)
@@ -151,18 +153,18 @@ extension ClientConnection {
         let entry = verdict?.entry ?? subject.entry
         let policy = entry?.policy
         let page = RefusalResponse.Page(
-            status: reason.httpStatus, reason: reason, detail: detail, host: subject.host.description, port: subject.port,
+            status: reason.traits.httpStatus, reason: reason, detail: detail, host: subject.host.description, port: subject.port,
             entry: entry?.name, configPath: config.path,
             presented: (verdict?.presented ?? []).map {
                 ($0.subject, Pin(digest: $0.publicKeySHA256).description, Pin(digest: $0.certificateSHA256).description)
             },
             pinKind: policy.flatMap { $0.pinKind == .none ? nil : $0.pinKind.rawValue },
-            pins: policy?.pins.map(\.description) ?? [])
+            pins: policy?.pins.map(\.description) ?? [], captured: listener == .transparent)
         enter(.refusingInTLS(subject, reason))
         do {
             let leaf = try worker.shared.localCA.leaf(for: subject.host)
             clientSide = try InTLSRefusal.start(
-                client: clientSide, loop: worker.loop, context: worker.shared.interceptTLS, leaf: leaf,
+                client: clientSide, answerConnect: listener == .connect, loop: worker.loop, context: worker.shared.interceptTLS, leaf: leaf,
                 serverName: subject.host.serverName, bufferLimit: config.proxy.relayBufferBytes,
                 timeout: config.proxy.handshakeTimeout, page: page
             ) { [weak self] outcome in self?.inTLSRefusalFinished(outcome) }
@@ -174,6 +176,8 @@ extension ClientConnection {
 
     private func inTLSRefusalFinished(_ outcome: InTLSRefusal.Outcome) {
         guard case .refusingInTLS(_, let reason) = state else { return unexpected("the end of an in-TLS refusal") }
+        // A capture loop is logged once per start (`logDecision`), not once per connection.
+        if reason == .captureLoop { return close() }
         switch outcome {
         case .answered:
             logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the refusal page was sent inside the client's TLS")

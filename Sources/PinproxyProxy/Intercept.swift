@@ -15,6 +15,15 @@ extension ClientConnection {
         readClientHello(tunnel, timer: timer)
     }
 
+    /// Steps 7–8 for a transparent client: there is no CONNECT to answer, and the upstream was
+    /// offered the client's own ALPN list, so the ClientHello waiting in the buffer is answered
+    /// at once with what the upstream negotiated, within the client's `handshake_timeout`.
+    func interceptTransparent(_ tunnel: Tunnel) {
+        logAdmission(tunnel, note: nil)
+        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
+        acceptClientTLS(tunnel, timer: timer)
+    }
+
     /// The decision line (and metrics) of an admitted upstream; `note` says why it is not the
     /// first, and `reopenChange` how its verdict differs from the first's.
     func logAdmission(_ tunnel: Tunnel, note: String?, reopenChange: Verdict.Outcome? = nil) {
@@ -34,11 +43,11 @@ extension ClientConnection {
         guard note == nil else { return }
         report(verdict, host: tunnel.destination.host, port: tunnel.destination.port, client: client)
         if let reason = verdict.reason {
-            worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason, client: client.metricLabel)
+            worker.shared.metrics.connection(outcome: .wouldRefuse, reason: reason, listener: listener, client: client.metricLabel)
             worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true,
                                           client: client.metricLabel)
         } else {
-            worker.shared.metrics.connection(outcome: .allowed, reason: nil, client: client.metricLabel)
+            worker.shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener, client: client.metricLabel)
         }
     }
 
@@ -84,8 +93,8 @@ extension ClientConnection {
         switch state {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
-        case .readingRequest, .identifying, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying, .refusing,
-             .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .connecting, .upstreamHandshake, .checkingCommand,
+             .relaying, .refusing, .refusingInTLS, .closed:
             unexpected("the client handshake timer")
         }
     }

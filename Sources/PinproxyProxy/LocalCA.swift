@@ -26,7 +26,7 @@ public final class LocalCA: Sendable {
     /// Minted leaves kept at most; past this the cache starts over.
     static let cacheLimit = 10_000
 
-    static let certificateName = "ca.pem"
+    public static let certificateName = "ca.pem"
     static let keyName = "ca.key"
 
     /// The CA directory when the config sets none: `$STATE_DIRECTORY` under systemd, else
@@ -58,12 +58,8 @@ public final class LocalCA: Sendable {
             guard let certificate = try Certificate.parseAll(Array(certificateData)).first, key.matches(certificate) else {
                 throw LocalCAError("\(certificatePath) does not match \(keyPath)")
             }
-            var warnings: [String] = []
-            if !certificate.extendedKeyUsageIncludesServerAuth {
-                // Made by pinproxy before 2026-11, or brought in: kept, since every client trusts it.
-                warnings.append("the local CA \(certificatePath) has no extendedKeyUsage serverAuth, so a stolen CA key could also sign code-signing or e-mail certificates: to get a CA limited to TLS servers, stop pinproxy, delete \(certificateName) and \(keyName) in \(directory), start it again, and have every client trust the new CA")
-            }
-            return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key, warnings: warnings)
+            return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key,
+                           warnings: warnings(certificate, path: certificatePath, directory: directory))
         }
         let key = try PrivateKey.generateP256()
         let now = Date()
@@ -77,6 +73,29 @@ public final class LocalCA: Sendable {
         return LocalCA(certificatePath: certificatePath, certificate: certificate, key: key, warnings: [])
     }
 
+    /// The CA certificate in `directory`, read as any user who may read it: neither the
+    /// directory nor the key need be its (only opening the key does). Nil when there is none yet.
+    public static func readCertificate(directory: String) throws -> (path: String, certificate: Certificate, warnings: [String])? {
+        let path = directory + "/" + certificateName
+        let bytes: [UInt8]
+        do {
+            bytes = try FilePathBytes(path).read(.certificates)
+        } catch .tooLarge(let kind) {
+            throw LocalCAError("\(path) is larger than \(kind.readLimit) bytes: not a CA certificate")
+        } catch {
+            return nil  // none yet, or not this user's to read: opening the CA says why
+        }
+        guard let certificate = try Certificate.parseAll(bytes).first else { throw LocalCAError("\(path) holds no certificate") }
+        return (path, certificate, warnings(certificate, path: path, directory: directory))
+    }
+
+    /// What the operator should know about the CA certificate at `path`.
+    private static func warnings(_ certificate: Certificate, path: String, directory: String) -> [String] {
+        guard !certificate.extendedKeyUsageIncludesServerAuth else { return [] }
+        // Made by pinproxy before 2026-11, or brought in: kept, since every client trusts it.
+        return ["the local CA \(path) has no extendedKeyUsage serverAuth, so a stolen CA key could also sign code-signing or e-mail certificates: to get a CA limited to TLS servers, stop pinproxy, delete \(certificateName) and \(keyName) in \(directory), start it again, and have every client trust the new CA"]
+    }
+
     /// Creates `directory` (0700) if absent; an existing one must belong to the daemon's user,
     /// and is then made 0700.
     private static func prepareDirectory(_ directory: String) throws {
@@ -88,12 +107,26 @@ public final class LocalCA: Sendable {
         }
         guard info.st_mode & S_IFMT == S_IFDIR else { throw LocalCAError("ca_dir \(directory) is not a directory") }
         let user = geteuid()
-        guard info.st_uid == user else {
-            throw LocalCAError("ca_dir \(directory) belongs to uid \(info.st_uid), not to uid \(user) that pinproxy runs as: its owner could read or replace the CA key. Run `chown -R \(user) \(directory)` if that owner is trusted, or set ca_dir to a new directory (pinproxy creates it)")
-        }
+        guard info.st_uid == user else { throw ownerError(directory, owner: info.st_uid, user: user) }
         if info.st_mode & 0o077 != 0, chmod(directory, 0o700) != 0 {
             throw LocalCAError("cannot make ca_dir \(directory) mode 0700: \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// The service's user: the shipped unit's `User=` (and the name systemd gives its `DynamicUser`).
+    static let serviceUser = "pinproxy"
+
+    /// Why `directory`, owned by `owner`, is not this process's to use, and what to do. A
+    /// directory of the service's user holds the service's CA: the service creates it at
+    /// start, and then anyone may read its certificate; its ownership must not change.
+    static func ownerError(_ directory: String, owner: uid_t, user: uid_t) -> LocalCAError {
+        let name = SystemUser.name(of: owner)
+        let whose = name.map { "uid \(owner) (\($0))" } ?? "uid \(owner)"
+        if name == serviceUser || (name == nil && SystemUser.isDynamicRange(owner)) {
+            let service = name == nil ? "a systemd DynamicUser (the pinproxy service's, under a unit with DynamicUser=yes)" : "the user the pinproxy service runs as"
+            return LocalCAError("ca_dir \(directory) belongs to \(whose), \(service), not to uid \(user) that this pinproxy runs as: it holds the service's CA, which only the service may create or open. Start the service once (`systemctl start pinproxy`) so that it creates the CA; `pinproxy ca` then reads its certificate as any user. Do not chown it: the service would then refuse it")
+        }
+        return LocalCAError("ca_dir \(directory) belongs to \(whose), not to uid \(user) that pinproxy runs as: its owner could read or replace the CA key. Run `chown -R \(user) \(directory)` if that owner is trusted, or set ca_dir to a new directory (pinproxy creates it)")
     }
 
     /// The key must belong to the daemon's user, and nobody else may read or write it.

@@ -1,11 +1,35 @@
 import PinproxyPolicy
 
-/// The status line of a refusal, built so that clients which print only the CONNECT answer's
-/// reason phrase (Python's http.client — so urllib, requests and pip — and wget) say what
-/// happened: `HTTP/1.1 403 pinproxy: pin-mismatch for api.example.com`.
+/// What a refused client gets. The status line is built so that clients which print only the
+/// CONNECT answer's reason phrase (Python's http.client — so urllib, requests and pip — and
+/// wget) say what happened: `HTTP/1.1 403 pinproxy: pin-mismatch for api.example.com`. Every
+/// byte of it is printable ASCII, and bounded: the detail holds server text (certificate
+/// subjects).
 enum RefusalResponse {
     /// The longest host name the phrase carries; a longer one ends in `...`.
     static let maximumHostLength = 100
+    /// The longest detail a body carries, in characters; a longer one ends in `...`.
+    static let maximumDetailLength = 2_000
+
+    /// The whole refusal on the CONNECT (`refusal = "connect"`, or a request without a host):
+    /// the status line, `Pinproxy-Refusal`, and a body naming the reason, the target (when the
+    /// request named one) and the detail.
+    static func connectResponse(status: Int, reason: RefusalReason, target: (host: String, port: UInt16)?, detail: String) -> [UInt8] {
+        let named = target.map { "\(sanitizedHost($0.host)):\($0.port)" } ?? "the request"
+        let body = "pinproxy refused \(named): \(reason.rawValue)\n\(printable(detail, limit: maximumDetailLength))\n"
+        return response(status: status, reason: reason, host: target?.host, body: body, includeBody: true)
+    }
+
+    /// The status line, `Pinproxy-Refusal`, the headers of a text body that closes the
+    /// connection, and `body` unless `includeBody` is false (for HEAD).
+    static func response(status: Int, reason: RefusalReason, host: String?, body: String, includeBody: Bool) -> [UInt8] {
+        let body = Array(body.utf8)
+        var head = statusLine(status: status, reason: reason, host: host) + "\r\n"
+        head += "Pinproxy-Refusal: \(reason.rawValue)\r\n"
+        head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+        return Array(head.utf8) + (includeBody ? body : [])
+    }
 
     /// `HTTP/1.1 STATUS pinproxy: REASON[ for HOST]`, without the CRLF. One line of printable
     /// ASCII at most 160 bytes long, whatever the host holds.
@@ -53,6 +77,8 @@ extension RefusalResponse {
         /// The entry's pin kind (`public-key`, `certificate`) and pins, when it pins.
         let pinKind: String?
         let pins: [String]
+        /// Whether the client came through the egress lock (the transparent listener), not CONNECT.
+        var captured = false
     }
 
     /// At most this many presented certificates are listed, each subject at most this long.
@@ -63,12 +89,7 @@ extension RefusalResponse {
     /// HEAD): the refusal's status line, `Pinproxy-Refusal`, and a text body that says what was
     /// presented, which pins were expected, and how to update the policy.
     static func inTLSResponse(_ page: Page, includeBody: Bool = true) -> [UInt8] {
-        let body = Array(inTLSBody(page).utf8)
-        var head = statusLine(status: page.status, reason: page.reason, host: page.host) + "\r\n"
-        head += "Pinproxy-Refusal: \(page.reason.rawValue)\r\n"
-        head += "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
-        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        return Array(head.utf8) + (includeBody ? body : [])
+        response(status: page.status, reason: page.reason, host: page.host, body: inTLSBody(page), includeBody: includeBody)
     }
 
     static func inTLSBody(_ page: Page) -> String {
@@ -76,9 +97,9 @@ extension RefusalResponse {
         let config = printable(page.configPath, limit: 300)
         var lines = [
             "pinproxy refused \(host):\(page.port): \(page.reason.rawValue)",
-            printable(page.detail, limit: 2_000),
+            printable(page.detail, limit: maximumDetailLength),
             "",
-            "This answer comes from pinproxy, not from \(host) (pinproxy's refusal = \"in-tls\" mode): nothing",
+            "This answer comes from pinproxy, not from \(host) (\(page.captured ? "pinproxy's egress lock sent this connection to it" : "pinproxy's refusal = \"in-tls\" mode")): nothing",
             "of this request went to \(host), and nothing from \(host) reaches this client.",
         ]
         if !page.presented.isEmpty {
@@ -129,24 +150,26 @@ extension RefusalResponse {
             return "add \(page.port) to ports in \(entry), or to allow_ports in [proxy], of \(config); \(apply)"
         case .destinationDenied:
             return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
+        case .noSNI:
+            return "the client named no host (no SNI): add a [hosts.\"\(host)\"] entry for the address it connected to, in \(config); \(apply)"
+        case .captureLoop:
+            return "none here: either pinproxy's own connection was captured (run pinproxy as a user of exempt_users in [capture] of \(config), then `pinproxy egress apply`), or this connection was made straight to the transparent listener, which relays only connections the egress lock redirects to it."
         case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
             return "none needed: pinproxy could not reach \(host):\(page.port), which is not a policy decision."
-        default:
+        case .customCheck, .cleartextDenied, .badRequest:
             return nil
         }
     }
 
-    /// TEXT with control characters (C0, DEL, C1: terminal escapes), format characters (bidi
-    /// overrides) and line or paragraph separators replaced by `?`, cut to LIMIT characters:
-    /// what a server puts in its certificate cannot restyle or disguise the page.
+    /// TEXT as printable ASCII: every other character (control characters such as terminal
+    /// escapes, bidi overrides, line separators, any non-ASCII letter) replaced by `?`, cut to
+    /// LIMIT characters: what a server puts in its certificate cannot restyle or disguise a
+    /// refusal, nor make it long.
     static func printable(_ text: String, limit: Int) -> String {
-        var scalars = String.UnicodeScalarView()
+        var bytes: [UInt8] = []
         for scalar in text.unicodeScalars.prefix(limit) {
-            switch scalar.properties.generalCategory {
-            case .control, .format, .lineSeparator, .paragraphSeparator: scalars.append("?")
-            default: scalars.append(scalar)
-            }
+            bytes.append((0x20...0x7E).contains(scalar.value) ? UInt8(scalar.value) : UInt8(ascii: "?"))
         }
-        return String(scalars) + (text.unicodeScalars.count > limit ? "..." : "")
+        return String(decoding: bytes, as: UTF8.self) + (text.unicodeScalars.count > limit ? "..." : "")
     }
 }

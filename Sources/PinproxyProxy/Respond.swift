@@ -4,23 +4,17 @@ import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
 
-extension RefusalReason {
-    /// The HTTP status a refusal for this reason carries.
-    public var httpStatus: Int {
-        switch self {
-        case .badRequest: return 400
-        case .dnsFailure, .upstreamUnreachable, .handshakeFailed: return 502
-        case .upstreamTimeout: return 504
-        default: return 403
-        }
-    }
-}
-
 extension ClientConnection {
     /// Step 7 (refused): a refusal the proxy decides itself (request, destination, upstream).
     /// `destination` names the entry when the state does not hold it yet.
     func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, destination: destination)
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), client: destination?.client)
+    }
+
+    /// Step 7 (refused): a refusal about `subject`, which the state does not hold (a
+    /// transparent client refused before its destination is settled).
+    func refuse(_ reason: RefusalReason, _ detail: String, subject: Subject) {
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: subject)
     }
 
     /// Step 7 (refused): a refusal the verdict decided; `alpn` is what the refused upstream
@@ -28,17 +22,25 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, destination: destination)
+                    alpn: alpn, subject: destination.map(Self.subject), client: destination?.client)
+    }
+
+    private static func subject(_ destination: Destination) -> Subject {
+        (destination.host, destination.port, destination.entry)
     }
 
     /// Logs the refusal, stops all upstream work, and sends the answer; the connection closes
-    /// once it is sent (or after `refusalGrace`). Under `refusal = "in-tls"`, the answer is a
-    /// page inside the client's TLS (`refuseInTLS`). An upstream reopened for the client's ALPN
-    /// offer is refused after the 200: the client's handshake is cut off.
-    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, destination: Destination?) {
+    /// once it is sent (or after `refusalGrace`). Under `refusal = "in-tls"`, and always on the
+    /// transparent listener (where no CONNECT waits for an answer), the answer is a page inside
+    /// the client's TLS (`refuseInTLS`); a transparent client refused for a bad request is
+    /// only closed. An upstream reopened for the client's ALPN offer is refused after the 200:
+    /// the client's handshake is cut off.
+    private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?,
+                             client givenClient: ClientDecision? = nil) {
         switch state {
-        case .readingRequest, .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first):
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .connecting(_, _, .first),
+             .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent),
+             .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent):
             break
         case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
              .checkingCommand(_, _, _, _, .reopen(_, let first)):
@@ -46,12 +48,12 @@ extension ClientConnection {
         case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
-        let subject = destination.map { ($0.host, $0.port, Optional($0.entry)) } ?? logSubject
-        let client = destination?.client ?? clientDecision
+        let subject = given ?? logSubject
+        let client = givenClient ?? clientDecision
         let label = client?.metricLabel ?? ProxyMetrics.noClientLabel
-        logDecision(outcome: "refused", reason: reason, status: reason.httpStatus, detail: detail, verdict: verdict, alpn: alpn,
+        logDecision(outcome: "refused", reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn,
                     subject: subject, client: client)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, client: label)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
         worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
                                       client: label)
         if let verdict, let subject { report(verdict, host: subject.host, port: subject.port, client: client) }
@@ -59,18 +61,18 @@ extension ClientConnection {
         case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
         default: break
         }
-        if config.proxy.refusal == .inTLS, reason != .badRequest, let subject {
+        if config.proxy.refusal == .inTLS || listener == .transparent, reason != .badRequest, let subject {
             return refuseInTLS(subject, reason: reason, detail: detail, verdict: verdict)
         }
+        if listener == .transparent { return close() }
         let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
-        let body = "pinproxy refused \(subject.map { "\($0.host):\($0.port)" } ?? "the request"): \(reason.rawValue)\n\(detail)\n"
-        let statusLine = RefusalResponse.statusLine(status: reason.httpStatus, reason: reason, host: subject?.host.description)
-        let head = "\(statusLine)\r\nPinproxy-Refusal: \(reason.rawValue)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+        let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason,
+                                                     target: subject.map { ($0.host.description, $0.port) }, detail: detail)
         clientSide.setReading(false)
         clientSide.discardInput()
         clientSide.setWriteLowWatermark(0)
-        clientSide.write(Array((head + body).utf8))
+        clientSide.write(answer)
         if clientSide.outputLength == 0 { close() }
     }
 
@@ -80,7 +82,7 @@ extension ClientConnection {
     private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, after first: Verdict.Outcome) {
         if let verdict, let subject = logSubject { report(verdict, host: subject.host, port: subject.port, client: clientDecision) }
         let label = clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, client: label)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
         worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
                                       client: label)
         // The first upstream was admitted, so a refusal by the verdict always changes it.
@@ -115,16 +117,20 @@ extension ClientConnection {
 
     /// The one log line for this connection's decision (two when the upstream was reopened).
     /// `client-gone` has no status: nothing was sent. A decision on an upstream's chain says
-    /// which protocol that upstream negotiated (`alpn`, `-` for none), what it presented and
-    /// the path OpenSSL verified. `reopenChange` is a reopened upstream's outcome when it differs
-    /// from the first upstream's, which the 200 described (`reopen_outcome`, `reopen_reason`).
-    /// A local client's identity (`[clients]`) is on every line: `client_uid`, `client_user`,
-    /// `client_unit`, `client_exe`, as far as each is known.
+    /// which protocol that upstream negotiated (`alpn`, `-` for none). A transparent
+    /// connection's status is the one its in-TLS refusal page carries. `capture-loop` is
+    /// logged once per start: a loop must not turn into a flood of lines. `verdict` gives what the
+    /// upstream presented and the path OpenSSL verified; `reopenChange` is a reopened upstream's
+    /// outcome when it differs from the first upstream's, which the 200 described
+    /// (`reopen_outcome`, `reopen_reason`). A local client's identity (`[clients]`) is on every
+    /// line: `client_uid`, `client_user`, `client_unit`, `client_exe`, as far as each is known.
     func logDecision(outcome: String, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil, client decision: ClientDecision? = nil,
                      reopenChange: Verdict.Outcome? = nil) {
+        if reason == .captureLoop, worker.shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
         fields += Self.identityFields((decision ?? clientDecision)?.identity)
+        fields.append((.listener, listener.rawValue))
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }

@@ -7,7 +7,8 @@ extension ClientConnection {
     /// literals), ALPN `opening.offer` (h2, http/1.1; the client's own offer when reopened for
     /// it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`.
     /// Renegotiation is refused (see `upstreamRenegotiationAttempted`).
-    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening) {
+    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening,
+                          own: OwnUpstreams.Registration?) {
         let entry = destination.entry
         let offer = opening.offer
         let connection: BufferEvent
@@ -24,7 +25,7 @@ extension ClientConnection {
         connection.onEvent = { [weak self] events in self?.upstreamEvent(events) }
         connection.onRenegotiationAttempt = { [weak self] in self?.upstreamRenegotiationAttempted() }
         let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.upstreamHandshakeTimedOut() }
-        let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date())
+        let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date(), own: own)
         enter(.upstreamHandshake(destination, upstream, timer: timer, opening))
     }
 
@@ -36,6 +37,9 @@ extension ClientConnection {
                 return evaluateUpstream(upstream, for: destination, opening: opening)
             }
             let failure = upstream.connection.takeTLSErrors()
+            if upstream.own?.captured == true {
+                return refuse(.captureLoop, "pinproxy's own connection to \(describe(upstream, for: destination)) was captured by the egress lock and came back to its transparent listener: run pinproxy as a user of [capture] exempt_users (then `pinproxy egress apply`)")
+            }
             if failure.isProtocolVersionMismatch {
                 return refuse(.tlsVersion, "\(describe(upstream, for: destination)) offers no TLS version at or above \(destination.entry.policy.minTLS.rawValue): \(failure)")
             }
@@ -48,7 +52,7 @@ extension ClientConnection {
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
             close()
-        case .readingRequest, .identifying, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .closed:
             unexpected("an upstream event (\(events.rawValue))")
         }
     }
@@ -70,7 +74,7 @@ extension ClientConnection {
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
             tunnel.closeReason = "upstream renegotiation refused"
             close()
-        case .readingRequest, .identifying, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
             unexpected("an upstream renegotiation request")
         }
     }

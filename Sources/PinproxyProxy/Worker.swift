@@ -26,6 +26,12 @@ final class SharedState: Sendable {
     let customChecks: CustomChecks
     /// What identifying clients looks up off the loops, and its caches (`[clients]`).
     let identityLookups = IdentityLookups()
+    /// The daemon's upstream sockets, while a transparent listener is on (capture loops).
+    let ownUpstreams: OwnUpstreams?
+    /// The transparent listeners' addresses, as bound at start (`transparent_listen` is restart-only).
+    let transparentListeners: [SocketAddress]
+    /// Whether a `capture-loop` decision has been logged since the start (it is logged once).
+    let captureLoopLogged = Atomic<Bool>(false)
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
     let descriptorCeiling: Int
@@ -43,8 +49,15 @@ final class SharedState: Sendable {
         interceptTLS = try TLSServerContext()
         let settings = policy.config.proxy
         customChecks = CustomChecks(concurrency: settings.verifyCommandConcurrency)
+        transparentListeners = settings.transparentListen.map { SocketAddress(address: $0.address, port: $0.port) }
+        ownUpstreams = transparentListeners.isEmpty ? nil : OwnUpstreams()
         reports = settings.reportTo.isEmpty ? nil : PinFailureReporter(
             destinations: settings.reportTo, registry: metrics.registry,
+            limits: { [policy] in
+                // What the config in force now says: a reload changes them.
+                let settings = policy.config.proxy
+                return .init(perMinute: settings.reportRateLimit, fileMaxBytes: settings.reportFileMaxBytes)
+            },
             checkCollector: { [policy] chain, host, port in
                 // The collector is verified like any other host, under the policy in force now.
                 let config = policy.config
@@ -59,8 +72,8 @@ final class SharedState: Sendable {
     /// have refused) the connection to `host`:`port`; `client` is the identity it carries
     /// (`report_client_identity`), if any.
     func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientIdentity?) {
-        guard let reports, let reason = verdict.reason, reason.isCertificateReason else { return }
-        reports.submit(PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date(), client: client), host: host, port: port)
+        guard let reports, let reason = verdict.reason, reason.traits.isCertificateReason else { return }
+        reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date(), client: client) }
     }
 
     func tunnelOpened() {
@@ -77,11 +90,14 @@ final class SharedState: Sendable {
 /// Step 1: one event loop on its own thread, with its own listeners (SO_REUSEPORT, so the
 /// kernel spreads accepts across workers), DNS resolver and connections.
 final class Worker: @unchecked Sendable {
-    let loop = EventLoop()
+    let loop: EventLoop
+    /// The loop's DNS resolver: resolv.conf and /etc/hosts are read when the worker is made,
+    /// not on the loop at the first lookup.
+    let resolver: DNSResolver
     let shared: SharedState
     /// Who this worker's clients are (`[clients]`).
     let identifier: ClientIdentifier
-    private var listeners: [Listener] = []
+    private var listeners: [(listener: Listener, kind: ListenerKind)] = []
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var heartbeatTimer: PinproxyInterop.Timer?
     private var lastLimitWarning: TimeInterval = -.infinity
@@ -93,11 +109,12 @@ final class Worker: @unchecked Sendable {
     /// How often a worker proves it is alive.
     static let heartbeatInterval: TimeInterval = 1
 
-    init(shared: SharedState) {
+    /// Throws when libevent cannot make the loop or its resolver.
+    init(shared: SharedState) throws {
         self.shared = shared
+        loop = try EventLoop()
+        resolver = try DNSResolver(loop: loop)
         identifier = ClientIdentifier(lookups: shared.identityLookups)
-        // Reads resolv.conf and /etc/hosts now, not on the loop at the first lookup.
-        _ = loop.dns
         beat()
         heartbeatTimer = PinproxyInterop.Timer(loop: loop, after: Self.heartbeatInterval, repeats: true) { [unowned self] in self.beat() }
     }
@@ -111,12 +128,12 @@ final class Worker: @unchecked Sendable {
         Double(Int(ProcessLimits.monotonicSeconds() * 1000) - heartbeat.load(ordering: .relaxed)) / 1000 <= seconds
     }
 
-    /// Binds every address (before `start`).
-    func listen(on addresses: [ListenAddress]) throws {
+    /// Binds every address for clients of `kind` (before `start`).
+    func listen(on addresses: [ListenAddress], kind: ListenerKind) throws {
         for address in addresses {
             add(try Listener(loop: loop, address: SocketAddress(address: address.address, port: address.port)) { [unowned self] socket, client in
-                self.accept(socket: socket, client: client)
-            })
+                self.accept(socket: socket, client: client, kind: kind)
+            }, kind: kind)
         }
     }
 
@@ -124,24 +141,24 @@ final class Worker: @unchecked Sendable {
     func listen(onInherited sockets: [Int32]) throws {
         for socket in sockets {
             add(try Listener(loop: loop, listeningSocket: socket) { [unowned self] socket, client in
-                self.accept(socket: socket, client: client)
-            })
+                self.accept(socket: socket, client: client, kind: .connect)
+            }, kind: .connect)
         }
     }
 
-    private func add(_ listener: Listener) {
+    private func add(_ listener: Listener, kind: ListenerKind) {
         listener.onError = { [shared, weak listener] reason in
             shared.log.emit(.error, "accept-failed", [(.address, listener?.localAddress?.description ?? "-"),
                                                       (.detail, "\(reason): accepting pauses for \(formatSeconds(Listener.pauseAfterError))")])
         }
-        listeners.append(listener)
+        listeners.append((listener, kind))
     }
 
-    /// Where the listeners are bound.
-    var boundAddresses: [SocketAddress] { listeners.compactMap(\.localAddress) }
+    /// Where the listeners are bound, and for which clients.
+    var boundAddresses: [(SocketAddress, ListenerKind)] { listeners.compactMap { entry in entry.listener.localAddress.map { ($0, entry.kind) } } }
 
     /// The inodes of this worker's listening sockets.
-    var listenerInodes: [UInt64] { listeners.compactMap(\.socketInode) }
+    var listenerInodes: [UInt64] { listeners.compactMap(\.listener.socketInode) }
 
     /// Runs the loop on a new thread.
     func start(name: String) {
@@ -159,7 +176,7 @@ final class Worker: @unchecked Sendable {
         _ = finished.wait(timeout: .now() + timeout)
     }
 
-    private func accept(socket: Int32, client: SocketAddress?) {
+    private func accept(socket: Int32, client: SocketAddress?, kind: ListenerKind) {
         let config = shared.policy.config
         let limit = min(config.proxy.maxConnections ?? shared.descriptorCeiling, shared.descriptorCeiling)
         let open = shared.openConnections.add(1, ordering: .relaxed).newValue
@@ -174,9 +191,18 @@ final class Worker: @unchecked Sendable {
             }
             return
         }
-        let connection = ClientConnection(worker: self, socket: socket, client: client, config: config)
+        // Read before the buffer event takes the socket over.
+        let addresses = kind == .transparent ? ConnectionAddresses(socket: socket) : nil
+        let connection: ClientConnection
+        do {
+            connection = try ClientConnection(worker: self, socket: socket, client: client, config: config, listener: kind)
+        } catch {
+            shared.openConnections.subtract(1, ordering: .relaxed)
+            shared.log.emit(.error, "accept-failed", [(.client, client?.description ?? "-"), (.detail, "\(error): the connection is closed")])
+            return
+        }
         connections[ObjectIdentifier(connection)] = connection
-        connection.start()
+        if let addresses { connection.startTransparent(addresses) } else { connection.start() }
     }
 
     /// Called by a connection once it has closed.
@@ -189,7 +215,7 @@ final class Worker: @unchecked Sendable {
     /// Stops accepting; open connections go on.
     func stopAccepting() {
         loop.post { [self] in
-            for listener in listeners { listener.close() }
+            for entry in listeners { entry.listener.close() }
             listeners.removeAll()
         }
     }

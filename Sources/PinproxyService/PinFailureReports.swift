@@ -7,8 +7,8 @@ import Prometheus
 /// reason, entry, detail and whether the connection was refused or only reported.
 public enum PinFailureReport {
     /// The report on `verdict` for a connection to `host`:`port` at `time`, as one JSON object;
-    /// with `client`, it says who the client was (`pinproxy-client`).
-    public static func json(verdict: Verdict, host: TargetHost, port: UInt16, at time: Date, client: ClientIdentity? = nil) -> Data {
+    /// with `client`, it says who the client was (`pinproxy-client`); nil if it cannot be serialised.
+    public static func json(verdict: Verdict, host: TargetHost, port: UInt16, at time: Date, client: ClientIdentity? = nil) -> Data? {
         let policy = verdict.entry.policy
         let knownPins = policy.pins.map { pin -> String in
             let value = pin.description.dropFirst("sha256/".count)
@@ -37,13 +37,15 @@ public enum PinFailureReport {
         case .remote: object["pinproxy-client"] = "remote"
         case nil: break
         }
-        return (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        guard JSONSerialization.isValidJSONObject(object) else { return nil }
+        return try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
     }
 }
 
 /// Sends pin-failure reports to every `report_to` destination, off the event loops: each
 /// destination has its own thread and a bounded queue that drops (and counts) rather than
-/// grows, and every host may cause at most `perHostPerMinute` reports a minute.
+/// grows; every host may cause at most `perHostPerMinute` reports a minute, and the daemon as a
+/// whole `report_rate_limit`; a file is not written past `report_file_max_bytes`.
 public final class PinFailureReporter: Sendable {
     /// One report waiting to go out: the host it is about, and its JSON.
     struct Pending: Sendable {
@@ -59,33 +61,63 @@ public final class PinFailureReporter: Sendable {
     /// A line for the daemon's log: level (`warning`/`error`) and detail.
     public typealias LogLine = @Sendable (_ warning: Bool, _ detail: String) -> Void
 
+    /// The limits a reload may change: read for every report and every batch written.
+    public struct Limits: Sendable {
+        /// `report_rate_limit`: reports a minute, all hosts together.
+        public var perMinute: Int
+        /// `report_file_max_bytes`.
+        public var fileMaxBytes: Int
+
+        public init(perMinute: Int, fileMaxBytes: Int) {
+            self.perMinute = perMinute
+            self.fileMaxBytes = fileMaxBytes
+        }
+    }
+
+    /// The limits in force now.
+    public typealias CurrentLimits = @Sendable () -> Limits
+
     private let sinks: [Sink]
     private let limiter = Locked<RateLimiter>(RateLimiter())
     private let perHostPerMinute: Int
+    private let limits: CurrentLimits
+    private let log: LogLine
     private let dropped: Counter
     private let queued: Counter
 
     public init(destinations: [ReportDestination], registry: PrometheusCollectorRegistry, capacity: Int = 100,
-                perHostPerMinute: Int = 10, timeout: TimeInterval = 10,
+                perHostPerMinute: Int = 10, timeout: TimeInterval = 10, limits: @escaping CurrentLimits,
                 checkCollector: @escaping CollectorCheck, resolve: @escaping Resolver, log: @escaping LogLine) {
         self.perHostPerMinute = perHostPerMinute
+        self.limits = limits
+        self.log = log
         let descriptor = MetricNameDescriptor.named("pinproxy_reports_total", help: "Pin-failure reports by result (report_to).")
         queued = registry.makeCounter(descriptor: descriptor, labels: [("result", "queued")])
         dropped = registry.makeCounter(descriptor: descriptor, labels: [("result", "dropped")])
         let sent = registry.makeCounter(descriptor: descriptor, labels: [("result", "sent")])
         let counters = Sink.Counters(sent: sent, dropped: dropped)
         sinks = destinations.map { destination in
-            Sink(destination: destination, capacity: capacity, timeout: timeout, counters: counters,
+            Sink(destination: destination, capacity: capacity, timeout: timeout, counters: counters, limits: limits,
                  checkCollector: checkCollector, resolve: resolve, log: log)
         }
     }
 
-    /// Queues a report about `host`:`port` for every destination; never blocks.
-    public func submit(_ json: Data, host: TargetHost, port: UInt16) {
+    /// Queues the report `make` returns about `host`:`port` for every destination; never blocks.
+    /// `make` runs only when the rate limits admit the report; one it cannot make (nil) is
+    /// dropped and logged, never sent empty.
+    public func submit(host: TargetHost, port: UInt16, report make: () -> Data?) {
         let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        let allowed = limiter.withLock { $0.admit(name, limit: perHostPerMinute, now: ProcessLimits.monotonicSeconds()) }
+        let overall = limits().perMinute
+        let allowed = limiter.withLock {
+            $0.admit(name, perHost: perHostPerMinute, overall: overall, now: ProcessLimits.monotonicSeconds())
+        }
         guard allowed else {
             dropped.increment(by: Int64(sinks.count))
+            return
+        }
+        guard let json = make() else {
+            dropped.increment(by: Int64(sinks.count))
+            log(false, "the report about \(host):\(port) could not be serialised: dropped")
             return
         }
         for sink in sinks where sink.accepts(host: name, port: port) {
@@ -105,17 +137,27 @@ public final class PinFailureReporter: Sendable {
     }
 }
 
-/// At most `limit` admissions per host per minute (a fixed one-minute window per host).
+/// At most `perHost` admissions per host and `overall` for all hosts together per minute (fixed
+/// one-minute windows). A host refused by either limit uses up neither.
 struct RateLimiter {
+    private var overallWindow: (start: TimeInterval, count: Int) = (-.infinity, 0)
     private var windows: [String: (start: TimeInterval, count: Int)] = [:]
+    /// The next pruning of ended windows, when this many hosts have one.
+    private var pruneAt = 10_000
 
-    mutating func admit(_ host: String, limit: Int, now: TimeInterval) -> Bool {
-        if windows.count > 10_000 { windows = windows.filter { now - $0.value.start < 60 } }
+    mutating func admit(_ host: String, perHost: Int, overall: Int, now: TimeInterval) -> Bool {
+        if now - overallWindow.start >= 60 { overallWindow = (now, 0) }
+        guard overallWindow.count < overall else { return false }
+        if windows.count > pruneAt {
+            windows = windows.filter { now - $0.value.start < 60 }
+            pruneAt = max(10_000, 2 * windows.count)
+        }
         var window = windows[host] ?? (now, 0)
         if now - window.start >= 60 { window = (now, 0) }
-        guard window.count < limit else { return false }
+        guard window.count < perHost else { return false }
         window.count += 1
         windows[host] = window
+        overallWindow.count += 1
         return true
     }
 }
@@ -136,6 +178,7 @@ private final class Sink: @unchecked Sendable {
     private let capacity: Int
     private let timeout: TimeInterval
     private let counters: Counters
+    private let limits: PinFailureReporter.CurrentLimits
     private let checkCollector: PinFailureReporter.CollectorCheck
     private let resolve: PinFailureReporter.Resolver
     private let log: PinFailureReporter.LogLine
@@ -150,12 +193,14 @@ private final class Sink: @unchecked Sendable {
     }
 
     init(destination: ReportDestination, capacity: Int, timeout: TimeInterval, counters: Counters,
+         limits: @escaping PinFailureReporter.CurrentLimits,
          checkCollector: @escaping PinFailureReporter.CollectorCheck, resolve: @escaping PinFailureReporter.Resolver,
          log: @escaping PinFailureReporter.LogLine) {
         self.destination = destination
         self.capacity = capacity
         self.timeout = timeout
         self.counters = counters
+        self.limits = limits
         self.checkCollector = checkCollector
         self.resolve = resolve
         self.log = log
@@ -165,6 +210,8 @@ private final class Sink: @unchecked Sendable {
         }
         thread.name = "pinproxy-reports"
         thread.start()
+        // A file is opened at start, so that a path that is refused is logged at once.
+        if case .file = destination { reopen() }
     }
 
     /// A report about the collector itself never goes to that collector (its failure would
@@ -196,11 +243,9 @@ private final class Sink: @unchecked Sendable {
     }
 
     private func run() {
-        var file: Int32 = -1
-        defer {
-            if file >= 0 { close(file) }
-            finished.signal()
-        }
+        var file: ReportFile?
+        if case .file(let path) = destination { file = ReportFile(path: path) }
+        defer { finished.signal() }
         while true {
             wake.wait()
             let (batch, reopen, stopping) = state.withLock { state -> ([PinFailureReporter.Pending], Bool, Bool) in
@@ -210,17 +255,13 @@ private final class Sink: @unchecked Sendable {
                 state.reopen = false
                 return (take, reopen, state.stopping)
             }
-            if reopen, file >= 0 { close(file); file = -1 }
+            if reopen { file?.reopen(log: log) }
             if !batch.isEmpty {
                 switch destination {
-                case .file(let path):
-                    if file < 0 { file = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o640) }
-                    if file < 0 {
-                        log(false, "cannot open the report file \(path): \(String(cString: strerror(errno))); \(batch.count) report(s) dropped")
-                        counters.dropped.increment(by: Int64(batch.count))
-                    } else {
-                        writeLines(batch, to: file, path: path)
-                    }
+                case .file:
+                    let written = file?.write(batch, maxBytes: limits().fileMaxBytes, log: log) ?? 0
+                    counters.sent.increment(by: Int64(written))
+                    counters.dropped.increment(by: Int64(batch.count - written))
                 case .https(let host, let port, let path):
                     post(batch, host: host, port: port, path: path)
                 }
@@ -235,18 +276,6 @@ private final class Sink: @unchecked Sendable {
                 counters.dropped.increment(by: Int64(left))
                 return
             }
-        }
-    }
-
-    private func writeLines(_ batch: [PinFailureReporter.Pending], to file: Int32, path: String) {
-        var bytes = Data()
-        for report in batch { bytes.append(report.json); bytes.append(UInt8(ascii: "\n")) }
-        let written = bytes.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
-        if written == bytes.count {
-            counters.sent.increment(by: Int64(batch.count))
-        } else {
-            log(false, "cannot write to the report file \(path): \(String(cString: strerror(errno)))")
-            counters.dropped.increment(by: Int64(batch.count))
         }
     }
 
@@ -287,11 +316,12 @@ private final class Sink: @unchecked Sendable {
         let description: String
     }
 
-    /// One POST over a connection the daemon's own verdict accepted.
+    /// One POST over a connection the daemon's own verdict accepted: connect, handshake, request
+    /// and answer within one `timeout`.
     private func deliver(_ body: Data, host: String, port: UInt16, path: String) throws {
         guard let target = TargetHost(host) else { throw DeliveryError(description: "\(host) is not a host name") }
         let connection = try BlockingTLSConnection(host: resolve(host), port: port, serverName: target.serverName,
-                                                   alpn: ["http/1.1"], timeout: timeout)
+                                                   alpn: ["http/1.1"], deadline: Deadline(after: timeout))
         let verdict = checkCollector(connection.chain, target, port)
         guard verdict.allowsConnection else {
             throw DeliveryError(description: "the collector was refused: \(verdict.failures.map(\.description).joined(separator: "; "))")

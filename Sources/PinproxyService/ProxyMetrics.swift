@@ -10,7 +10,7 @@ import Prometheus
 ///
 /// | name | type | labels |
 /// | --- | --- | --- |
-/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`), `client` |
+/// | `pinproxy_connections_total` | counter | `outcome` (allowed, refused, would_refuse, client_gone), `reason` (a refusal token, or `none`), `listener` (connect, transparent), `client` |
 /// | `pinproxy_refusals_total` | counter | `host_pattern`, `reason`, `mode` (enforce, report_only), `client` |
 /// | `pinproxy_client_lookups_total` | counter | `result` (found, unknown): sockets of local clients looked up |
 /// | `pinproxy_reopen_verdict_changes_total` | counter | |
@@ -67,6 +67,7 @@ public final class ProxyMetrics: Sendable {
     private struct CounterKey: Hashable {
         let outcome: ConnectionOutcome
         let reason: RefusalReason?
+        let listener: ListenerKind
         let client: String
     }
 
@@ -123,7 +124,7 @@ public final class ProxyMetrics: Sendable {
                                                           buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: .named(Name.connections, help: Help.connections),
                                                   labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
-                                                           ("client", Self.noClientLabel)])
+                                                           ("listener", ListenerKind.connect.rawValue), ("client", Self.noClientLabel)])
         clientLookupsFound = registry.makeCounter(descriptor: .named(Name.clientLookups, help: Help.clientLookups), labels: [("result", "found")])
         clientLookupsUnknown = registry.makeCounter(descriptor: .named(Name.clientLookups, help: Help.clientLookups), labels: [("result", "unknown")])
         reopenVerdictChanges = registry.makeCounter(descriptor: .named(Name.reopenVerdictChanges, help: Help.reopenVerdictChanges))
@@ -135,9 +136,10 @@ public final class ProxyMetrics: Sendable {
 
     /// Counts one client connection's outcome; `reason` is nil for a plain allow, `client` the
     /// matching `[clients]` sections (`ClientDecision.metricLabel`).
-    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, client: String = noClientLabel) {
-        if outcome == .allowed, reason == nil, client == Self.noClientLabel { return allowedConnections.increment() }
-        connectionCounter(outcome, reason: reason, client: client).increment()
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, listener: ListenerKind = .connect,
+                           client: String = noClientLabel) {
+        if outcome == .allowed, reason == nil, listener == .connect, client == Self.noClientLabel { return allowedConnections.increment() }
+        connectionCounter(CounterKey(outcome: outcome, reason: reason, listener: listener, client: client)).increment()
     }
 
     /// The `client` label of a connection no `[clients]` section matched.
@@ -156,7 +158,7 @@ public final class ProxyMetrics: Sendable {
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.refusals, help: Help.refusals),
-                labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
+                labels: [("host_pattern", hostPattern), ("reason", reason.traits.metricLabel),
                          ("mode", reportOnly ? "report_only" : "enforce"), ("client", client)]
             )
             counters[key] = counter
@@ -277,13 +279,13 @@ public final class ProxyMetrics: Sendable {
 
     // MARK: Private
 
-    private func connectionCounter(_ outcome: ConnectionOutcome, reason: RefusalReason?, client: String) -> Counter {
+    private func connectionCounter(_ key: CounterKey) -> Counter {
         outcomeCounters.withLock { counters in
-            let key = CounterKey(outcome: outcome, reason: reason, client: client)
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: .named(Name.connections, help: Help.connections),
-                labels: [("outcome", outcome.rawValue), ("reason", reason?.rawValue ?? "none"), ("client", client)]
+                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.traits.metricLabel ?? "none"), ("listener", key.listener.rawValue),
+                         ("client", key.client)]
             )
             counters[key] = counter
             return counter

@@ -13,7 +13,8 @@ struct CACommand: ParsableCommand {
             Clients trust it with e.g. curl --cacert PATH, REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO, NODE_EXTRA_CA_CERTS, \
             or update-ca-certificates. Clients whose variable replaces their whole trust store (REQUESTS_CA_BUNDLE, PIP_CERT, \
             SSL_CERT_FILE) should get --bundle FILE instead: the system bundle plus the pinproxy CA, so that hosts they reach \
-            without the proxy (NO_PROXY) still verify.
+            without the proxy (NO_PROXY) still verify. --install adds the CA to the system trust store \
+            (/usr/local/share/ca-certificates/pinproxy.crt, then update-ca-certificates); --uninstall removes it.
             """
     )
 
@@ -22,12 +23,37 @@ struct CACommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Write the system trust bundle plus the pinproxy CA to FILE (replaced atomically), then print FILE; \"-\" prints the bundle.", valueName: "FILE"))
     var bundle: String?
 
+    @Flag(name: .long, help: "Add the CA to the system trust store (/usr/local/share/ca-certificates/pinproxy.crt, then update-ca-certificates).")
+    var install = false
+
+    @Flag(name: .long, help: "Remove the CA from the system trust store (then update-ca-certificates --fresh).")
+    var uninstall = false
+
+    func validate() throws {
+        if [install, uninstall, bundle != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("give at most one of --install, --uninstall and --bundle")
+        }
+    }
+
     func run() throws {
+        if uninstall {
+            try CATrustStore.uninstall()
+            return print("removed \(CATrustStore.installedPath) from the system trust store")
+        }
         let config = try options.loadOrExit()
         do {
-            let ca = try LocalCA.openOrCreate(directory: config.proxy.caDirectory ?? LocalCA.defaultDirectory())
+            // An existing CA's certificate is read as it is; only creating the CA opens the directory and key.
+            let directory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
+            let ca = try LocalCA.readCertificate(directory: directory) ?? {
+                let created = try LocalCA.openOrCreate(directory: directory)
+                return (created.certificatePath, created.certificate, created.warnings)
+            }()
+            if install {
+                try CATrustStore.install(ca.certificate)
+                return print("\(CATrustStore.installedPath): the system trust store now trusts \(ca.certificate.subject)")
+            }
             if let bundle { return try writeBundle(to: bundle, ca: ca.certificate) }
-            print(ca.certificatePath)
+            print(ca.path)
             print(ca.certificate.pem, terminator: "")
             for warning in ca.warnings { printError("pinproxy: warning: \(warning)") }
         } catch let exit as ExitCode {

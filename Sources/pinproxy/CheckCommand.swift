@@ -18,7 +18,7 @@ struct CheckCommand: ParsableCommand {
 
     func run() throws {
         let config = try options.loadOrExit { [options] error in
-            "\(options.config ?? ConfigLoader.embeddedPath): \(error.diagnostics.count) error(s); the config is rejected"
+            "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
         let environment = ClientIdentityEnvironment.problems(in: config)
         let environmentErrors = environment.filter { $0.severity == .error }
@@ -28,15 +28,26 @@ struct CheckCommand: ParsableCommand {
             throw ExitCode(1)
         }
         let entries = config.policies.entries
-        let pinned = entries.filter { $0.policy.pinKind != .none }
-        let count = { (action: HostPolicy.Action) in entries.filter { $0.policy.action == action }.count }
+        // Counted in one pass, without copying 100,000 entries into new arrays.
+        var pinned = 0, pins = 0, denied = 0, insecure = 0, reportOnly = 0
+        for entry in entries {
+            let policy = entry.policy
+            if policy.pinKind != .none { pinned += 1; pins += policy.pins.count }
+            if policy.action == .deny { denied += 1 }
+            if policy.action == .allowInsecure { insecure += 1 }
+            if !policy.enforce { reportOnly += 1 }
+        }
         print("\(config.path): ok")
         print("listen: \(config.proxy.listen.map(\.description).joined(separator: ", "))  allow_ports: \(config.proxy.allowPorts.sorted().map(String.init).joined(separator: ", "))  block_private_destinations: \(config.proxy.blockPrivateDestinations)")
+        if !config.proxy.transparentListen.isEmpty {
+            let capture = config.capture
+            print("transparent_listen: \(config.proxy.transparentListen.map(\.description).joined(separator: ", "))  capture: ports \(capture.ports.map(String.init).joined(separator: ", ")), local \(capture.local), block_quic \(capture.blockQUIC), exempt_users \(capture.exemptUsers.joined(separator: ", "))")
+        }
         print("resolve: \(config.resolve.count) name(s)")
         print("default: \(Self.describe(config.policies.defaultEntry.policy))")
         print("anchors:")
-        for line in Self.anchorUse([config.policies.defaultEntry] + entries) { print("  \(line)") }
-        print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned.count) pinned with \(pinned.reduce(0) { $0 + $1.policy.pins.count }) pins, \(count(.deny)) denied, \(count(.allowInsecure)) allow-insecure, \(entries.filter { !$0.policy.enforce }.count) report-only")
+        for line in Self.anchorUse(default: config.policies.defaultEntry, entries: entries) { print("  \(line)") }
+        print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned) pinned with \(pins) pins, \(denied) denied, \(insecure) allow-insecure, \(reportOnly) report-only")
         for entry in entries.prefix(Self.listedEntries) {
             let pattern = entry.pattern?.description ?? "default"
             print("  \(pattern.padding(toLength: max(pattern.count, 32), withPad: " ", startingAt: 0)) \(Self.describe(entry.policy))")
@@ -71,16 +82,19 @@ struct CheckCommand: ParsableCommand {
     /// Which entries verify to which anchors, one line per set of anchors in order of first use:
     /// `system: default and 3 entries`, `system + CN=Corp Root: 2 entries`. Entries that never
     /// verify a chain are left out.
-    static func anchorUse(_ entries: [PolicyEntry]) -> [String] {
+    static func anchorUse(default defaultEntry: PolicyEntry, entries: [PolicyEntry]) -> [String] {
         var order: [String] = []
         var users: [String: (includesDefault: Bool, count: Int)] = [:]
-        for entry in entries where entry.policy.action == .verify {
+        func add(_ entry: PolicyEntry) {
+            guard entry.policy.action == .verify else { return }
             let key = anchors(entry.policy.trust)
             if users[key] == nil { order.append(key) }
             var use = users[key] ?? (false, 0)
             if entry.pattern == nil { use.includesDefault = true } else { use.count += 1 }
             users[key] = use
         }
+        add(defaultEntry)
+        for entry in entries { add(entry) }
         if order.isEmpty { return ["none used"] }
         return order.map { key in
             let use = users[key]!

@@ -4,28 +4,30 @@ import PinproxyInterop
 import PinproxyPolicy
 
 /// `pinproxy diagnose`: one screen about a live server — the TLS versions and ALPN protocols it
-/// accepts, the chain it sends, and (with `--config`) each check of the entry that applies to it.
+/// accepts, the chain it sends, each check of the entry that applies to it, and a complete
+/// entry that would allow it.
 struct DiagnoseCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "diagnose",
         abstract: "Probe a live server: TLS versions, ciphers, ALPN, the chain as sent, and the policy's verdict.",
         discussion: """
-            Direct connections (SNI = HOST); with --config, its [resolve] is honoured and the entry that \
-            matches HOST is checked the way the daemon checks it. Exit 0 when the policy would allow (without \
-            --config: when the chain verifies for HOST against the system store), 1 otherwise, 2 on usage errors.
+            Direct connections (SNI = HOST); the config's [resolve] is honoured and the entry that matches HOST \
+            is checked the way the daemon checks it. On the built-in default config, the checks of its [default] \
+            (the system store and the host name) at any port. Exit 0 when the policy would allow, 1 otherwise, \
+            2 on usage and config errors.
             """
     )
 
     @Argument(help: ArgumentHelp("The server, port 443 by default.", valueName: "HOST[:PORT]"))
     var target: String
 
-    @Option(name: .long, help: ArgumentHelp("The config whose [resolve] and entry apply.", valueName: "FILE"))
+    @Option(name: .long, help: ArgumentHelp(ConfigSource.help, valueName: "FILE"))
     var config: String?
 
     @Option(name: .long, help: ArgumentHelp("Connect to this address instead (SNI stays HOST).", valueName: "ADDRESS[:PORT]"))
     var connectTo: String?
 
-    @Option(name: .long, help: "Seconds to wait for each connection and handshake.")
+    @Option(name: .long, help: "Seconds for every connection and handshake together.")
     var timeout: Double = 10
 
     func run() throws {
@@ -33,70 +35,89 @@ struct DiagnoseCommand: ParsableCommand {
             throw ValidationError("HOST[:PORT] expected (IPv6 in brackets), not \"\(target)\"")
         }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
-        var loaded: Config?
-        if let config {
-            do { loaded = try ConfigLoader.load(path: config) } catch {
-                for diagnostic in error.diagnostics { printError(diagnostic.description) }
-                throw ExitCode(2)
-            }
+        let source = ConfigSource.resolve(config)
+        source.announce(option: config)
+        let loaded: Config
+        do { loaded = try source.load() } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
         }
         let (address, connectPort) = try destination(host: host, port: port, config: loaded)
         let serverName = host.serverName
-        func probe(_ version: BlockingTLSConnection.Version?, alpn: [String] = [], staple: Bool = false) -> Result<BlockingTLSConnection, Error> {
-            Result { try BlockingTLSConnection(host: address, port: connectPort, serverName: serverName, version: version,
-                                               alpn: alpn, requestStaple: staple, timeout: timeout) }
+        let entry = source == .embedded ? try Self.builtInEntry(loaded, port: port) : loaded.policies.lookup(host)
+        let minimum: BlockingTLSConnection.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
+        // One --timeout for every probe. Each connection is closed as soon as it is read.
+        let deadline = Deadline(after: timeout)
+        func probe<Value>(_ version: BlockingTLSConnection.Version?, alpn: [String] = [], staple: Bool = false,
+                          _ read: (BlockingTLSConnection) -> Value) -> Result<Value, Error> {
+            guard deadline.remaining > 0 else { return .failure(NotTried(seconds: timeout)) }
+            return Result { read(try BlockingTLSConnection(host: address, port: connectPort, serverName: serverName, version: version,
+                                                    alpn: alpn, requestStaple: staple, deadline: deadline)) }
+        }
+        // The probe whose chain is judged goes first, then ALPN, then each version alone: a
+        // server that stalls or drops some probes still leaves the most to say.
+        let main = probe(minimum, alpn: ["h2", "http/1.1"], staple: true) { (chain: $0.chain, version: $0.version, staple: $0.ocspStaple) }
+        let alpnProbes = ["h2", "http/1.1"].map { name in (name, probe(nil, alpn: [name]) { $0.alpn }) }
+        let versionProbes = BlockingTLSConnection.Version.allCases.map { version in
+            (version, probe(version) { (cipher: $0.cipher, forwardSecrecy: $0.forwardSecrecy) })
         }
 
+        // Under the egress lock, a user who is not exempt reaches pinproxy, not the server.
+        if case .success(let value) = main { try CapturedChain.refuse(value.chain, target: target, config: loaded) }
         print("pinproxy diagnose \(host):\(port) (connecting to \(Self.literal(address)):\(connectPort), SNI \(serverName ?? "none"))")
         print("")
         print("protocols:")
         var accepted: [BlockingTLSConnection.Version] = []
-        for version in BlockingTLSConnection.Version.allCases {
-            switch probe(version) {
+        for (version, result) in versionProbes {
+            switch result {
             case .success(let handshake):
                 accepted.append(version)
                 let flag = version.isDeprecated ? "  ! deprecated: disable it on the server" : ""
                 print("  \(version.rawValue)  accepted  \(handshake.cipher)  \(handshake.forwardSecrecy ? "forward secrecy" : "NO forward secrecy")\(flag)")
+            case .failure(let error as NotTried):
+                print("  \(version.rawValue)  not tried (\(error))")
             case .failure(let error):
-                print("  \(version.rawValue)  refused   (\(Self.brief(error)))")
+                print("  \(version.rawValue)  \(Self.timedOut(error) ? "no answer" : "refused  ") (\(Self.brief(error)))")
             }
         }
-        var alpnLines: [String] = []
-        for protocolName in ["h2", "http/1.1"] {
-            if case .success(let handshake) = probe(nil, alpn: [protocolName]), handshake.alpn == protocolName {
-                alpnLines.append("\(protocolName) accepted")
-            } else {
-                alpnLines.append("\(protocolName) not accepted")
+        let alpnLines = alpnProbes.map { name, result in
+            switch result {
+            case .success(let selected): return selected == name ? "\(name) accepted" : "\(name) not accepted"
+            case .failure(let error as NotTried): return "\(name) not tried (\(error))"
+            case .failure(let error): return Self.timedOut(error) ? "\(name) timed out" : "\(name) not accepted"
             }
         }
         print("ALPN: " + alpnLines.joined(separator: ", ") + (alpnLines.allSatisfy { $0.hasSuffix("not accepted") } ? " (the server selects no protocol)" : ""))
 
-        let entry = try loaded.map { $0.policies.lookup(host) } ?? Self.systemEntry(port: port)
-        let minimum: BlockingTLSConnection.Version? = entry.policy.minTLS == .v1_3 ? .tls13 : nil
-        let main: BlockingTLSConnection
-        switch probe(minimum, alpn: ["h2", "http/1.1"], staple: true) {
-        case .success(let handshake): main = handshake
+        let handshake: (chain: [Certificate], version: String, staple: [UInt8]?)
+        switch main {
+        case .success(let value): handshake = value
         case .failure(let error):
             print("")
             print("no TLS handshake at or above TLS \(entry.policy.minTLS.rawValue): \(error)")
-            print("verdict: refuse: \(accepted.isEmpty ? RefusalReason.handshakeFailed.rawValue : RefusalReason.tlsVersion.rawValue)")
+            if let failure = error as? BlockingTLSConnection.HandshakeFailure, !failure.chain.isEmpty {
+                print("certificates that arrived before it stopped (the server has not proven it holds the leaf's key): \(failure.chain.count)")
+                printCertificates(failure.chain)
+            }
+            let reason: RefusalReason = Self.timedOut(error) ? .upstreamTimeout : accepted.isEmpty ? .handshakeFailed : .tlsVersion
+            print("verdict: refuse: \(reason.rawValue)")
             throw ExitCode(1)
         }
-        print("OCSP staple: " + (main.ocspStaple.map { "sent (\($0.count) bytes)" } ?? "not sent"))
-        let verdict = TrustEvaluator.evaluate(.init(chain: main.chain, ocspStaple: main.ocspStaple),
+        print("OCSP staple: " + (handshake.staple.map { "sent (\($0.count) bytes)" } ?? "not sent"))
+        let verdict = TrustEvaluator.evaluate(.init(chain: handshake.chain, ocspStaple: handshake.staple),
                                               host: host, port: port, entry: entry, at: Date())
         print("")
-        printChain(main.chain, verdict: verdict)
+        printChain(handshake.chain, verdict: verdict)
         print("")
-        printChecks(verdict, entry: entry, negotiated: main.version, configured: loaded != nil)
+        printChecks(verdict, entry: entry, negotiated: handshake.version, config: source)
         print("")
-        let trust = loaded == nil ? try PinCommand.trustLines(for: main.chain, host: host, saveAnchor: nil) : []
-        print(PinCommand.hostBlock(host: host, port: port, chain: main.chain, trust: trust))
+        print(try SuggestedEntry(host: host, port: port, chain: handshake.chain, entry: entry, verdict: verdict,
+                                 allowPorts: loaded.proxy.allowPorts).render())
         if !verdict.allowsConnection { throw ExitCode(1) }
     }
 
     /// The address to connect to: `--connect-to`, else the config's `[resolve]`, else HOST.
-    func destination(host: TargetHost, port: UInt16, config: Config?) throws -> (String, UInt16) {
+    func destination(host: TargetHost, port: UInt16, config: Config) throws -> (String, UInt16) {
         if let connectTo {
             if let address = IPAddress(connectTo.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
                 return (address.description, port)
@@ -106,23 +127,15 @@ struct DiagnoseCommand: ParsableCommand {
             }
             return (Self.bare(target), connectPort)
         }
-        if case .name(let name) = host, let addresses = config?.resolve[name], let first = addresses.first {
+        if case .name(let name) = host, let addresses = config.resolve[name], let first = addresses.first {
             return (first.description, port)
         }
         return (Self.bare(host), port)
     }
 
     func printChain(_ chain: [Certificate], verdict: Verdict) {
-        let now = Date()
         print("chain as sent: \(chain.count) certificate(s)")
-        for (index, certificate) in chain.enumerated() {
-            let days = Int((certificate.notAfter.timeIntervalSince(now) / 86_400).rounded(.down))
-            print("  [\(index)] \(certificate.subject)")
-            print("      issuer: \(certificate.issuer)")
-            print("      key: \(certificate.publicKeyDescription)  expires: \(rfc3339(certificate.notAfter)) (\(days < 0 ? "EXPIRED \(-days) day(s) ago" : "in \(days) day(s)"))")
-            print("      public-key: \(Pin(digest: certificate.publicKeySHA256))")
-            print("      certificate: \(Pin(digest: certificate.certificateSHA256))")
-        }
+        printCertificates(chain)
         let misordered = chain.indices.dropLast().filter { !chain[$0].isIssued(by: chain[$0 + 1]) }
         print("  order: " + (misordered.isEmpty ? "leaf first, each certificate issued by the next"
                                                  : "NOT in order: " + misordered.map { "[\($0 + 1)] did not issue [\($0)]" }.joined(separator: "; ")))
@@ -138,7 +151,20 @@ struct DiagnoseCommand: ParsableCommand {
         }
     }
 
-    func printChecks(_ verdict: Verdict, entry: PolicyEntry, negotiated: String, configured: Bool) {
+    /// Each certificate's subject, issuer, key, expiry and both pins.
+    func printCertificates(_ chain: [Certificate]) {
+        let now = Date()
+        for (index, certificate) in chain.enumerated() {
+            let days = Int((certificate.notAfter.timeIntervalSince(now) / 86_400).rounded(.down))
+            print("  [\(index)] \(certificate.subject)")
+            print("      issuer: \(certificate.issuer)")
+            print("      key: \(certificate.publicKeyDescription)  expires: \(rfc3339(certificate.notAfter)) (\(days < 0 ? "EXPIRED \(-days) day(s) ago" : "in \(days) day(s)"))")
+            print("      public-key: \(Pin(digest: certificate.publicKeySHA256))")
+            print("      certificate: \(Pin(digest: certificate.certificateSHA256))")
+        }
+    }
+
+    func printChecks(_ verdict: Verdict, entry: PolicyEntry, negotiated: String, config: ConfigSource) {
         let policy = entry.policy
         let reasons = Set(verdict.failures.map(\.reason))
         func details(_ wanted: Set<RefusalReason>) -> String {
@@ -147,7 +173,11 @@ struct DiagnoseCommand: ParsableCommand {
         func line(_ check: String, _ state: String, _ text: String) {
             print("  \(check.padding(toLength: 11, withPad: " ", startingAt: 0)) \(state.padding(toLength: 11, withPad: " ", startingAt: 0)) \(text)")
         }
-        print(configured ? "policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") : "policy: none given; the system trust store and the host name")
+        if let path = config.path {
+            print("policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") + " of \(path)")
+        } else {
+            print("policy: the built-in default's [default]: the system trust store and the host name, at any port")
+        }
         let request: Set<RefusalReason> = [.hostDenied, .portDenied]
         if !reasons.isDisjoint(with: request) { line("request", "FAIL", details(request)) }
         if policy.action == .allowInsecure {
@@ -186,9 +216,12 @@ struct DiagnoseCommand: ParsableCommand {
         print("verdict: \(verdict.summary)")
     }
 
-    /// The `[default]` that `diagnose` applies without a config: the system store, the name checked.
-    static func systemEntry(port: UInt16) throws -> PolicyEntry {
-        PolicyEntry(pattern: nil, name: "system store", line: 0, policy: try HostPolicy(.init(trust: .system(try TrustStore.system()), ports: [port])))
+    /// The built-in default's `[default]` (the system store, the name checked), at `port`: what
+    /// `diagnose` applies on the built-in default, whose `allow_ports` would refuse most probes.
+    static func builtInEntry(_ config: Config, port: UInt16) throws -> PolicyEntry {
+        var settings = config.policies.defaultEntry.policy.settings
+        settings.ports.insert(port)
+        return PolicyEntry(pattern: nil, name: "default", line: 0, policy: try HostPolicy(settings))
     }
 
     static func bare(_ host: TargetHost) -> String {
@@ -197,6 +230,17 @@ struct DiagnoseCommand: ParsableCommand {
 
     static func literal(_ address: String) -> String {
         address.contains(":") ? "[\(address)]" : address
+    }
+
+    /// A probe not made: the ones before it used up the `--timeout`.
+    struct NotTried: Error, CustomStringConvertible {
+        let seconds: Double
+        var description: String { "the --timeout of \(String(format: "%g", seconds)) s was used up" }
+    }
+
+    /// Whether `error` is the `--timeout` running out, connecting or in the handshake.
+    static func timedOut(_ error: Error) -> Bool {
+        error is TimedOut || (error as? BlockingTLSConnection.HandshakeFailure)?.cause is TimedOut
     }
 
     static func brief(_ error: Error) -> String {

@@ -12,7 +12,7 @@ struct EvaluateCommand: ParsableCommand {
         discussion: "The first line is `allow`, `refuse: <reason>` or `allow (would refuse: <reason>)`. Exit 0 allow, 1 refuse, 2 usage or config error. With --client, the config's [clients] sections apply to a client of that identity (selectors combine: --client user:alice --client exe:/usr/bin/git)."
     )
 
-    @Option(name: .long, help: ArgumentHelp("The TOML config file; without it, the built-in default (config/pinproxy.toml).", valueName: "FILE"))
+    @Option(name: .long, help: ArgumentHelp(ConfigSource.help, valueName: "FILE"))
     var config: String?
 
     @Option(name: .long, help: "The host as a client would CONNECT to it (IPv6 with or without brackets).")
@@ -24,7 +24,7 @@ struct EvaluateCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("The chain as the server presents it, leaf first (PEM bundle or DER).", valueName: "FILE"))
     var chain: String
 
-    @Option(name: .long, help: ArgumentHelp("Evaluate at this time instead of now.", valueName: "RFC3339"))
+    @Option(name: .long, help: ArgumentHelp("Evaluate at this time instead of now (a date alone means T00:00:00Z).", valueName: "RFC3339"))
     var at: String?
 
     @Option(name: .long, help: ArgumentHelp("A DER OCSP response standing in for the server's staple.", valueName: "FILE"))
@@ -39,14 +39,16 @@ struct EvaluateCommand: ParsableCommand {
         guard (1...65_535).contains(port) else { throw ValidationError("--port must be between 1 and 65535") }
         let time: Date
         if let at {
-            guard let parsed = Self.parseRFC3339(at) else { throw ValidationError("--at \"\(at)\" is not an RFC 3339 time such as 2026-06-01T00:00:00Z") }
+            guard let parsed = Self.parseRFC3339(at) else { throw ValidationError("--at \"\(at)\" is not an RFC 3339 time such as 2026-06-01T00:00:00Z, nor a date such as 2026-06-01") }
             time = parsed
         } else {
             time = Date()
         }
+        let source = ConfigSource.resolve(config)
+        source.announce(option: config)
         let loaded: Config
         do throws(ConfigError) {
-            if let config { loaded = try ConfigLoader.load(path: config, now: time) } else { loaded = try ConfigLoader.loadEmbedded(now: time) }
+            loaded = try source.load(now: time)
         } catch {
             for diagnostic in error.diagnostics { printError(diagnostic.description) }
             throw ExitCode(2)
@@ -56,7 +58,7 @@ struct EvaluateCommand: ParsableCommand {
         var stapleBytes: [UInt8]?
         if let staple {
             do {
-                stapleBytes = try FilePathBytes.commandLineArgument(staple).read()
+                stapleBytes = try FilePathBytes.commandLineArgument(staple).read(.staple)
             } catch {
                 throw ValidationError("--staple \(staple): the file \(error)")
             }
@@ -66,10 +68,11 @@ struct EvaluateCommand: ParsableCommand {
         var verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
                                               host: target, port: UInt16(port), entry: entry, at: time)
         if TrustEvaluator.needsCustomCheck(verdict), let command = entry.policy.verifyCommand {
-            // As the daemon does: the verified chain on stdin, after the built-in checks passed.
+            // As the daemon does: the verified chain on stdin, after the built-in checks passed,
+            // and the client (with --client) in its environment.
             let check = CustomChecks.run(command, host: target.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
-                                         port: UInt16(port), input: Array(verdict.verified.map(\.pem).joined().utf8),
-                                         timeout: loaded.proxy.verifyCommandTimeout)
+                                         port: UInt16(port), client: CustomChecks.environment(for: loaded.clients.isEmpty ? nil : identity),
+                                         input: Array(verdict.verified.map(\.pem).joined().utf8), timeout: loaded.proxy.verifyCommandTimeout)
             verdict = TrustEvaluator.adding(check, to: verdict)
         }
         var clientLines: [String] = []
@@ -115,7 +118,7 @@ struct EvaluateCommand: ParsableCommand {
     static func readCertificates(_ path: String) throws -> [Certificate] {
         let bytes: [UInt8]
         do {
-            bytes = try FilePathBytes.commandLineArgument(path).read()
+            bytes = try FilePathBytes.commandLineArgument(path).read(.certificates)
         } catch {
             throw ValidationError("--chain \(path): the file \(error)")
         }
@@ -126,8 +129,14 @@ struct EvaluateCommand: ParsableCommand {
         }
     }
 
+    /// An RFC 3339 time, or a date alone (`2046-01-01`: its first instant, UTC).
     static func parseRFC3339(_ text: String) -> Date? {
         let formatter = ISO8601DateFormatter()
+        if text.count == 10 {
+            formatter.formatOptions = [.withFullDate]
+            formatter.timeZone = TimeZone(identifier: "UTC")
+            return formatter.date(from: text)
+        }
         formatter.formatOptions = [.withInternetDateTime]
         if let date = formatter.date(from: text) { return date }
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

@@ -2,7 +2,8 @@ import Foundation
 import Glibc
 
 /// The `pid_file` of a running daemon: written by `pinproxy run` once its listeners are up,
-/// removed at exit, and read by `pinproxy reload` to signal that daemon and no other.
+/// replaced by a new file of the same content each time it has handled a SIGHUP, removed at
+/// exit, and read by `pinproxy reload` to signal that daemon and no other, then to see it done.
 enum PidFile {
     /// The process id the file names, if it names one.
     static func read(_ path: String) -> pid_t? {
@@ -33,6 +34,21 @@ enum PidFile {
         } catch {
             throw PidFileError(message: "cannot write \(path): \(error.localizedDescription)")
         }
+    }
+
+    /// Writes `path` anew (a new file renamed over it) if it still names this process: the
+    /// sign `pinproxy reload` waits for.
+    static func replace(_ path: String) {
+        guard read(path) == getpid() else { return }
+        try? Data("\(getpid())\n".utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+    }
+
+    /// The file `path` is now (device and inode), to tell when it has been replaced; nil when
+    /// there is none.
+    static func identity(_ path: String) -> String? {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              let device = attributes[.systemNumber], let inode = attributes[.systemFileNumber] else { return nil }
+        return "\(device):\(inode)"
     }
 
     /// Removes `path` if it still names this process.

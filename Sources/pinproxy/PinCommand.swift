@@ -17,13 +17,13 @@ struct PinCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("With --connect: dial this address instead of HOST (SNI stays HOST).", valueName: "ADDRESS[:PORT]"))
     var connectTo: String?
 
-    @Option(name: .long, help: ArgumentHelp("With --connect: dial the address this config's [resolve] gives HOST.", valueName: "FILE"))
+    @Option(name: .long, help: ArgumentHelp("With --connect: dial the address this config's [resolve] gives HOST. " + ConfigSource.help, valueName: "FILE"))
     var config: String?
 
     @Option(name: .long, help: ArgumentHelp("With --connect: when the chain needs a trust anchor, write it (PEM) to this new file.", valueName: "FILE"))
     var saveAnchor: String?
 
-    @Option(name: .long, help: "Seconds to wait for the connection and handshake.")
+    @Option(name: .long, help: "With --connect: seconds for the connection and handshake together.")
     var timeout: Double = 10
 
     @Argument(help: ArgumentHelp("Certificate files (PEM, bundles too, or DER), or public or private key files (only the public key's pin is printed).", valueName: "FILE"))
@@ -35,6 +35,7 @@ struct PinCommand: ParsableCommand {
         if connect == nil && (connectTo != nil || config != nil || saveAnchor != nil) {
             throw ValidationError("--connect-to, --config and --save-anchor go with --connect")
         }
+        if !(timeout > 0) { throw ValidationError("--timeout must be positive") }
     }
 
     func run() throws {
@@ -45,7 +46,7 @@ struct PinCommand: ParsableCommand {
             let path = FilePathBytes.commandLineArgument(file)
             let bytes: [UInt8]
             do {
-                bytes = try path.read()
+                bytes = try path.read(.certificates)
             } catch {
                 printError("\(path): the file \(error)")
                 failed = true
@@ -80,6 +81,7 @@ struct PinCommand: ParsableCommand {
             printError("\(target): \(error)")
             throw ExitCode(1)
         }
+        try CapturedChain.refuse(result.chain, target: target, config: try loadedConfig())
         if let incomplete = result.incompleteHandshake {
             printError("\(target): the handshake did not complete (\(incomplete)); printing the \(result.chain.count) certificate(s) that arrived before it stopped")
             print("# the handshake did not complete: \(incomplete)")
@@ -91,23 +93,23 @@ struct PinCommand: ParsableCommand {
             Self.printCertificate(certificate, prefix: "#   ")
         }
         print("")
-        print(Self.hostBlock(host: host, port: port, chain: result.chain, trust: try trustLines(for: result.chain, host: host)))
+        print(Self.hostBlock(host: host, chain: result.chain, before: try trustLines(for: result.chain, host: host),
+                             after: port != 443 ? ["ports = [\(port)]"] : []))
         if result.incompleteHandshake != nil { throw ExitCode(1) }
     }
 
     /// A ready-to-paste `[hosts."HOST"]` block pinning the keys of a presented chain (roots left
-    /// out), with `trust` lines after its header.
-    static func hostBlock(host: TargetHost, port: UInt16, chain: [Certificate], trust: [String]) -> String {
+    /// out), with the lines `before` the pins (`trust`) and `after` them (`ports`).
+    static func hostBlock(host: TargetHost, chain: [Certificate], before: [String], after: [String]) -> String {
         let pinned = chain.filter { !$0.isSelfIssued }
-        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + trust + ["pin = \"public-key\"", "pins = ["]
+        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + before + ["pin = \"public-key\"", "pins = ["]
         for (index, certificate) in (pinned.isEmpty ? Array(chain.prefix(1)) : pinned).enumerated() {
             let role = index == 0 ? "leaf" : "intermediate"
             lines.append("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
         }
         lines.append("  # add the pin of a backup key here")
         lines.append("]")
-        if port != 443 { lines.append("ports = [\(port)]") }
-        return lines.joined(separator: "\n")
+        return (lines + after).joined(separator: "\n")
     }
 
     static func printCertificate(_ certificate: Certificate, prefix: String = "  ") {

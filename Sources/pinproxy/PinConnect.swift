@@ -5,13 +5,16 @@ import PinproxyPolicy
 
 extension PinCommand {
     /// Fetches the chain HOST presents: dialling `--connect-to`, else the addresses that
-    /// `--config`'s `[resolve]` gives HOST, else HOST through the system resolver; SNI = HOST
-    /// in every case. The first address that completes a handshake wins.
+    /// the config's `[resolve]` gives HOST, else HOST through the system resolver; SNI = HOST
+    /// in every case. The first address that completes a handshake wins; all of them share one
+    /// `--timeout`.
     func fetchChain(host: TargetHost, port: UInt16) throws -> ChainFetcher.Result {
         var lastError: Error?
-        for (address, dialPort) in try dialTargets(host: host, port: port) {
+        let targets = try dialTargets(host: host, port: port)
+        let deadline = Deadline(after: timeout)
+        for (address, dialPort) in targets {
             do {
-                return try ChainFetcher.fetch(host: address, port: dialPort, serverName: host.serverName, timeout: timeout)
+                return try ChainFetcher.fetch(host: address, port: dialPort, serverName: host.serverName, deadline: deadline)
             } catch {
                 lastError = error
             }
@@ -27,21 +30,26 @@ extension PinCommand {
             }
             return [target]
         }
-        if let config, let name = host.serverName {
-            let loaded: Config
-            do {
-                loaded = try ConfigLoader.load(path: config)
-            } catch {
-                for diagnostic in error.diagnostics { printError(diagnostic.description) }
-                throw ExitCode(2)
-            }
-            if let addresses = loaded.resolve[name] {
-                return addresses.map { ($0.description, port) }
-            }
+        if let loaded = try loadedConfig(announce: true), let name = host.serverName, let addresses = loaded.resolve[name] {
+            return addresses.map { ($0.description, port) }
         }
         switch host {
         case .name(let name): return [(name, port)]
         case .ip(let address): return [(address.description, port)]
+        }
+    }
+
+    /// The config `--config` names, else the deployed one (`ConfigSource`), loaded; nil for the
+    /// built-in default. Its problems are printed, and the exit status is 2.
+    func loadedConfig(announce: Bool = false) throws -> Config? {
+        let source = ConfigSource.resolve(config)
+        guard source != .embedded else { return nil }
+        if announce { source.announce(option: config) }
+        do {
+            return try source.load()
+        } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
         }
     }
 
@@ -91,7 +99,7 @@ extension PinCommand {
             }
             lines.append("#   written to \(saveAnchor); check it out of band before you trust it")
         } else {
-            lines.append("#   save it with --save-anchor \(file) (and check it out of band before you trust it)")
+            lines.append("#   save it with `pinproxy pin --connect HOST[:PORT] --save-anchor \(file)` (and check it out of band before you trust it)")
         }
         let withAnchor = try TrustStore(anchors: [anchor]).verify(leaf: leaf, intermediates: intermediates, at: now)
         lines += withAnchor.problems.map { "# note: even with this anchor, the chain does not verify: \($0)" }

@@ -8,9 +8,9 @@ struct Pinproxy: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pinproxy",
         abstract: "A local proxy that enforces TLS certificate and public-key pinning for any HTTP client.",
-        version: "pinproxy \(pinproxyVersion)",
+        version: BuildInfo.versionLine,
         subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, KeygenCommand.self, EvaluateCommand.self, CACommand.self,
-                      ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self]
+                      ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self, WaitCommand.self, EgressCommand.self]
     )
 
     /// Runs the command; usage errors exit 2, as every pinproxy command documents.
@@ -18,7 +18,15 @@ struct Pinproxy: ParsableCommand {
         OpenSSLLifetime.initialize()
         do {
             var command = try parseAsRoot()
-            try command.run()
+            do {
+                try command.run()
+            } catch let error as ValidationError {
+                // Found by the command itself: shown with its own usage, not the top level's.
+                let subcommand = type(of: command)
+                printError("Error: \(error.message)\nUsage: " + usageString(for: subcommand)
+                           + "\n  See 'pinproxy \(subcommand.configuration.commandName ?? "") --help' for more information.")
+                Foundation.exit(2)
+            }
         } catch let exit as ExitCode {
             Foundation.exit(exit.rawValue)
         } catch {

@@ -8,10 +8,20 @@ struct ReloadCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
         abstract: "Check the config, then make the daemon that wrote its pid_file re-read it (SIGHUP).",
-        discussion: "Under systemd, use `systemctl reload pinproxy` instead. The daemon logs event=reload with the outcome."
+        discussion: "Returns once the daemon has re-read the config (it replaces its pid_file then), so that the next connection meets the new policy. Under systemd, use `systemctl reload pinproxy` instead. The daemon logs event=reload with the outcome."
     )
 
     @OptionGroup var options: ConfigOption
+
+    @Option(name: .long, help: "Seconds to wait for the daemon to re-read the config.")
+    var timeout: Double = 30
+
+    /// How often the pid file is looked at.
+    static let interval: TimeInterval = 0.01
+
+    func validate() throws {
+        if !(timeout > 0) { throw ValidationError("--timeout must be positive") }
+    }
 
     func run() throws {
         let config = try options.loadOrExit { _ in "the config is rejected: not reloading (the daemon keeps its policy)" }
@@ -27,10 +37,27 @@ struct ReloadCommand: ParsableCommand {
             printError("pinproxy reload: \(pidFile) names pid \(pid), which is not a running pinproxy (a stale file?)")
             throw ExitCode(1)
         }
+        let before = PidFile.identity(pidFile)
         guard kill(pid, SIGHUP) == 0 else {
             printError("pinproxy reload: cannot signal pid \(pid): \(String(cString: strerror(errno)))")
             throw ExitCode(1)
         }
-        print("\(config.path): ok; sent SIGHUP to pinproxy (pid \(pid)): its log says event=reload with the outcome")
+        let deadline = Date().addingTimeInterval(timeout)
+        while PidFile.identity(pidFile) == before {
+            guard PidFile.isPinproxy(pid) else {
+                printError("pinproxy reload: pinproxy (pid \(pid)) exited before it re-read the config")
+                throw ExitCode(1)
+            }
+            guard Date() < deadline else {
+                printError("pinproxy reload: sent SIGHUP to pinproxy (pid \(pid)), which has not re-read the config after \(String(format: "%g", timeout)) s (is it stopping?)")
+                throw ExitCode(1)
+            }
+            Thread.sleep(forTimeInterval: Self.interval)
+        }
+        if PidFile.identity(pidFile) == nil {
+            printError("pinproxy reload: pinproxy (pid \(pid)) removed its pid file: it is stopping, and did not re-read the config")
+            throw ExitCode(1)
+        }
+        print("\(config.path): ok; pinproxy (pid \(pid)) has re-read it: its log says event=reload with the outcome")
     }
 }

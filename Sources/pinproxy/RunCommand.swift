@@ -13,9 +13,10 @@ struct RunCommand: ParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() throws {
+        let source = options.source
         let config: Config
         do {
-            config = try options.load()
+            config = try source.load()
         } catch {
             // Through the log, so that journald records why the service did not start as an error (<3>).
             let log = AccessLog(format: .logfmt)
@@ -35,13 +36,14 @@ struct RunCommand: ParsableCommand {
         }
         let daemon: Daemon
         do {
-            daemon = try Daemon(configPath: options.config, config: config)
+            daemon = try Daemon(configPath: source.path, config: config)
         } catch {
             // Through the log, so that journald records it as an error (<3>).
             AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "\(error)")])
             throw ExitCode(1)
         }
         if let pidFile = config.proxy.pidFile {
+            daemon.afterReload = { PidFile.replace(pidFile) }
             do {
                 try PidFile.claim(pidFile)
             } catch {

@@ -85,6 +85,28 @@ final class ConfigLoaderTests: XCTestCase {
             """, [(4, #"unknown key host (did you mean "hosts"?)"#)])
     }
 
+    /// Of keys equally near an unknown one, the value's type picks; with no type to pick by, both
+    /// are named.
+    func testNearestKeysAreChosenByTheValuesType() {
+        assertErrors("""
+            [hosts."api.test"]
+            pin = "public-key"
+            pinz = ["{spki:api}", "{spki:api-newkey}"]
+            """, [(3, #"unknown key hosts."api.test".pinz (did you mean "pins"?)"#)])
+        assertErrors("""
+            [hosts."api.test"]
+            pinz = "public-key"
+            """, [(2, #"unknown key hosts."api.test".pinz (did you mean "pin"?)"#)])
+        assertErrors("""
+            [hosts."api.test"]
+            pinz = 7
+            """, [(2, #"unknown key hosts."api.test".pinz (did you mean "pin" or "pins"?)"#)])
+        assertErrors("""
+            [proxy]
+            worker = 4
+            """, [(2, #"unknown key proxy.worker (did you mean "workers"?)"#)])
+    }
+
     func testWrongTypes() {
         assertErrors("""
             [hosts."api.test"]
@@ -140,6 +162,17 @@ final class ConfigLoaderTests: XCTestCase {
             [proxy]
             block_private_destinations = "yes"
             """, [(2, "proxy.block_private_destinations must be true or false, not a string")])
+        assertErrors("""
+            [proxy]
+            report_rate_limit = 0
+            report_file_max_bytes = -5
+            """, [(2, "proxy.report_rate_limit must be at least 1"), (3, "proxy.report_file_max_bytes must be at least 1")])
+        assertErrors("""
+            [proxy]
+            report_rate_limit = 10.5
+            report_file_max_bytes = "64 MiB"
+            """, [(2, "proxy.report_rate_limit must be an integer, not a floating-point number"),
+                  (3, "proxy.report_file_max_bytes must be an integer, not a string")])
     }
 
     func testModeTunnelIsNotImplemented() {
@@ -172,6 +205,31 @@ final class ConfigLoaderTests: XCTestCase {
             [default]
             action = verify
             """, [(2, "TOML syntax: …")])
+    }
+
+    /// A string without its closing quote is named as such, at its own line.
+    func testUnterminatedStringsAreNamed() {
+        assertErrors("""
+            [hosts."api.test"]
+            pin = "public-key
+            pins = ["{spki:api}", "{spki:api-newkey}"]
+            """, [(2, #"unterminated string: the closing " is missing on this line"#)])
+        assertErrors("""
+            [hosts."api.test"]
+            trust = ['root-a.pem]
+            """, [(2, "unterminated string: the closing ' is missing on this line")])
+        assertErrors("""
+            [hosts."api.test]
+            trust = ["root-a.pem"]
+            """, [(1, #"unterminated string: the closing " is missing on this line"#)])
+        assertErrors(#"""
+            [default]
+            trust = ["root-a.pem"]
+            verify_command = ["/bin/true", """
+            never closed
+            """#, [(3, #"unterminated multi-line string: the """ that opens it here is never closed"#)])
+        // Quotes that end a multi-line string just before its closing three are its own.
+        XCTAssertNoThrow(try pki.loadConfig("[default]\ntrust = [\"root-a.pem\"]\nverify_command = [\"/bin/true\", \"\"\"a\"\"\"\"\"]\n"))
     }
 
     // MARK: Pins
@@ -707,6 +765,30 @@ final class ConfigLoaderTests: XCTestCase {
                   (9, "hosts.bad_name" + Self.patternHelp)])
     }
 
+    /// One pass finds every error: an entry that breaks a rule, or whose keys did not all decode,
+    /// still has its files read, and every missing one is reported with the rest.
+    func testRuleAndDecodeErrorsDoNotHideMissingFiles() {
+        assertErrors("""
+            [hosts."a.test"]
+            trust = ["missing-a.pem"]
+            validate_host = false
+
+            [hosts."b.test"]
+            pin = "public-key"
+            pins = ["sha256/short"]
+            certificates = ["missing-b.pem"]
+            crls = ["missing-b.crl"]
+            revocation = "crl"
+
+            [hosts."c.test"]
+            trust = ["root-a.pem"]
+            """, [(1, #"hosts."a.test" has validate_host = false without pins: it would accept a certificate for any name; add pin and pins (or certificates)"#),
+                  (2, #"anchor "missing-a.pem" does not exist (\#(pki.path("missing-a.pem")))"#),
+                  (7, #"malformed pin "sha256/short""# + Self.pinHelp),
+                  (8, #"pinned certificate "missing-b.pem" does not exist (\#(pki.path("missing-b.pem")))"#),
+                  (9, #"CRL file "missing-b.crl" does not exist (\#(pki.path("missing-b.crl")))"#)])
+    }
+
     /// Entry-level errors (combinations of keys) point at the entry's header, wherever its keys are.
     func testEntryLevelErrorsPointAtTheHeader() {
         assertErrors("""
@@ -945,6 +1027,8 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(config.policies.defaultEntry.policy.action, .verify)
         XCTAssertEqual(config.proxy.allowPorts, [443])
         XCTAssertEqual(config.proxy.listen.map(\.description), ["127.0.0.1:3128"])
+        XCTAssertEqual(config.proxy.reportRateLimit, 600)
+        XCTAssertEqual(config.proxy.reportFileMaxBytes, 64 << 20)
     }
 
     /// Every key the spec names, with a value, loads.
@@ -965,6 +1049,8 @@ final class ConfigLoaderTests: XCTestCase {
             drain_timeout = 1
             max_connections = 100
             relay_buffer_bytes = 65536
+            report_rate_limit = 60
+            report_file_max_bytes = 1048576
 
             [resolve]
             "api.test" = "127.0.0.1"
@@ -1001,10 +1087,12 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(config.proxy.listen.map(\.description), ["127.0.0.1:3128", "[::1]:3128"])
         XCTAssertEqual(config.proxy.logFormat, .json)
         XCTAssertEqual(config.proxy.dnsTimeout, 2.5)
+        XCTAssertEqual(config.proxy.reportRateLimit, 60)
+        XCTAssertEqual(config.proxy.reportFileMaxBytes, 1_048_576)
         XCTAssertEqual(config.resolve["dual.test"]?.map(\.description), ["127.0.0.1", "::1"])
         let entry = config.policies.lookup(TargetHost("x.api.test")!)
         XCTAssertEqual(entry.name, #"hosts."api.test""#)
-        XCTAssertEqual(entry.line, 32)
+        XCTAssertEqual(entry.line, 34)
         XCTAssertEqual(entry.policy.minTLS, .v1_3)
         XCTAssertEqual(entry.policy.expires, "2040-01-01")
         XCTAssertEqual(entry.policy.pinsExpireAt, date("2040-01-02T00:00:00Z"))

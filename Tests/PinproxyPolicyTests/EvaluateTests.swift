@@ -110,7 +110,7 @@ final class EvaluateTests: XCTestCase {
     func testPolicyReasonsAndTheirPriority() {
         let policy: [RefusalReason] = [.hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
                                        .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .customCheck]
-        XCTAssertEqual(RefusalReason.allCases.filter(\.isPolicyDecision), policy)
+        XCTAssertEqual(RefusalReason.allCases.filter(\.traits.isPolicyDecision), policy)
         XCTAssertEqual(policy.sorted(), policy)
         XCTAssertEqual(policy.map(\.rawValue), ["host-denied", "port-denied", "untrusted-chain", "certificate-expired",
                                                 "certificate-not-yet-valid", "revoked", "revocation-unknown",
@@ -399,8 +399,8 @@ final class EvaluateTests: XCTestCase {
             (.pinMismatch, "pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]", "api.test", "api-chain.pem", 443),
         ]
         // custom-check comes from verify_command, after the evaluation: testCustomCheckOnlyRefusesMore.
-        XCTAssertEqual(Set(rows.map(\.0)).union([.customCheck]), Set(RefusalReason.allCases.filter(\.isPolicyDecision)))
-        XCTAssertEqual(RefusalReason.allCases.filter(\.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck])
+        XCTAssertEqual(Set(rows.map(\.0)).union([.customCheck]), Set(RefusalReason.allCases.filter(\.traits.isPolicyDecision)))
+        XCTAssertEqual(RefusalReason.allCases.filter(\.traits.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck])
         var cases: [EvaluationCase] = []
         for (reason, keys, host, chain, port) in rows {
             cases.append(.init(name: "enforced \(reason.rawValue)", config: Self.apiEntry(keys), host: host, port: port,

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 import pki  # noqa: E402
 from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import hashes  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+from cryptography.x509.oid import ExtensionOID, NameOID  # noqa: E402
 
 UTC = dt.timezone.utc
 out = Path(sys.argv[1])
@@ -73,3 +73,22 @@ bare = (
     .sign(key, hashes.SHA256())
 )
 pki.write_pem(out / "rules-bare-self.pem", bare)
+
+# CAs for nameConstraintsPermit: one that permits only api.test, one whose nameConstraints is
+# not a NameConstraints at all (a SEQUENCE holding an OCTET STRING), which OpenSSL cannot decode.
+nc_api = pki.make_intermediate("Rules NC CA", root, name_constraints={"permitted_dns": ["api.test"]})
+pki.write_pem(out / "rules-nc-api-ca.pem", nc_api.cert)
+nc_key = pki.new_key("ec")
+malformed_nc = (
+    x509.CertificateBuilder()
+    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Rules Malformed NC CA")]))
+    .issuer_name(root.cert.subject)
+    .public_key(nc_key.public_key())
+    .serial_number(x509.random_serial_number())
+    .not_valid_before(dt.datetime(2020, 1, 1, tzinfo=UTC))
+    .not_valid_after(dt.datetime(2045, 1, 1, tzinfo=UTC))
+    .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    .add_extension(x509.UnrecognizedExtension(ExtensionOID.NAME_CONSTRAINTS, b"\x30\x03\x04\x01\x00"), critical=True)
+    .sign(root.key, hashes.SHA256())
+)
+pki.write_pem(out / "rules-nc-malformed-ca.pem", malformed_nc)

@@ -27,7 +27,7 @@ final class ClientIdentifierTests: XCTestCase {
     }
 
     func testALocalClientIsFoundAndARemoteOneIsNotLookedUp() throws {
-        let loop = EventLoop()
+        let loop = try EventLoop()
         let metrics = ProxyMetrics()
         let identifier = ClientIdentifier(lookups: IdentityLookups(cgroupRoot: CgroupTree.root()))
         let (listener, client, server, clientEnd) = try loopbackConnection()

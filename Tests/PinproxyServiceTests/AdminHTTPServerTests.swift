@@ -7,7 +7,7 @@ import PinproxyService
 final class AdminHTTPServerTests: XCTestCase {
     /// A real event base on its own thread, a real evhttp listener, real sockets.
     func testServesMetricsAndHealthz() throws {
-        let loop = RunningLoop()
+        let loop = try RunningLoop()
         let metrics = ProxyMetrics()
         metrics.connection(outcome: .refused, reason: .pinMismatch)
         metrics.refusal(hostPattern: "api.example.com", reason: .pinMismatch)
@@ -31,7 +31,7 @@ final class AdminHTTPServerTests: XCTestCase {
         XCTAssertEqual(scrape.headers["content-type"], ProxyMetrics.contentType)
         XCTAssertEqual(scrape.headers["content-length"], String(scrape.body.utf8.count))
         let samples = try PrometheusParser.parse(scrape.body)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 1)
 
         // Updates between scrapes show up: the handler renders on every request.
@@ -62,7 +62,7 @@ final class AdminHTTPServerTests: XCTestCase {
     }
 
     func testBindConflictIsAnErrorAndDeinitFreesTheListenerAndTheRoutes() throws {
-        let loop = RunningLoop()
+        let loop = try RunningLoop()
         final class Token: Sendable {}
         weak var weakToken: Token?
         var first: AdminHTTPServer?
@@ -93,7 +93,7 @@ final class AdminHTTPServerTests: XCTestCase {
     }
 
     func testManyServersCreatedAndFreed() throws {
-        let loop = RunningLoop()
+        let loop = try RunningLoop()
         for _ in 0..<50 {
             let server = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: 0, routes: [:])
             XCTAssertNotEqual(server.boundPort, 0)
@@ -101,7 +101,7 @@ final class AdminHTTPServerTests: XCTestCase {
     }
 
     func testIPv6Loopback() throws {
-        let loop = RunningLoop()
+        let loop = try RunningLoop()
         let server: AdminHTTPServer
         do {
             server = try AdminHTTPServer(loop: loop.loop, host: "::1", port: 0, routes: [:])
@@ -112,8 +112,8 @@ final class AdminHTTPServerTests: XCTestCase {
         XCTAssertEqual(server.host, "::1")
     }
 
-    func testHostMustBeAnIPLiteral() {
-        let loop = RunningLoop()
+    func testHostMustBeAnIPLiteral() throws {
+        let loop = try RunningLoop()
         for host in ["256.1.1.1", "localhost", "[::1]", ""] {
             XCTAssertThrowsError(try AdminHTTPServer(loop: loop.loop, host: host, port: 0, routes: [:])) { error in
                 XCTAssertEqual(error as? AdminHTTPServerError, .notAnIPAddress(host))
@@ -125,7 +125,7 @@ final class AdminHTTPServerTests: XCTestCase {
     /// byte restarts evhttp's own timeout; at the connection limit, the next client waits until
     /// a slot frees, then is served.
     func testDeadlineCutsADripperAndTheLimitHoldsTheNextClientBack() throws {
-        let loop = RunningLoop()
+        let loop = try RunningLoop()
         let server = try AdminHTTPServer(loop: loop.loop, host: "127.0.0.1", port: 0, routes: [
             "/healthz": { AdminHTTPResponse(status: 200, contentType: "text/plain", body: "ok\n") },
         ], requestTimeout: 1, maxConnections: 1)

@@ -9,13 +9,24 @@ final class ProxyMetricsTests: XCTestCase {
         let samples = try PrometheusParser.parse(ProxyMetrics().render())
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 0)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 0)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "client": "none"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 0)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 0)
         XCTAssertEqual(samples.value("pinproxy_upstream_handshake_seconds_count"), 0)
         XCTAssertEqual(samples.value("pinproxy_verification_seconds_count"), 0)
         XCTAssertEqual(samples.value("pinproxy_reopen_verdict_changes_total"), 0)
+    }
+
+    func testTransparentConnectionsAreCountedUnderTheirOwnListenerLabel() throws {
+        let metrics = ProxyMetrics()
+        metrics.connection(outcome: .allowed, reason: nil, listener: .transparent)
+        metrics.connection(outcome: .refused, reason: .noSNI, listener: .transparent)
+        metrics.connection(outcome: .allowed, reason: nil, listener: .connect)
+        let samples = try PrometheusParser.parse(metrics.render())
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "transparent", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "no-sni", "listener": "transparent", "client": "none"]), 1)
     }
 
     func testEverySeriesParsesWithItsTypeHelpAndValue() throws {
@@ -46,11 +57,11 @@ final class ProxyMetricsTests: XCTestCase {
 
         let samples = try PrometheusParser.parse(metrics.render())
 
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "client": "none"]), 2)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_connections_total",
-                                     ["outcome": "would_refuse", "reason": "hostname-mismatch", "client": "none"]), 1)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client_gone", "reason": "none", "client": "none"]), 1)
+                                     ["outcome": "would_refuse", "reason": "hostname-mismatch", "listener": "connect", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client_gone", "reason": "none", "listener": "connect", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce", "client": "none"]), 2)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
@@ -121,7 +132,7 @@ final class ProxyMetricsTests: XCTestCase {
         }
         let total = Double(threads * iterations)
         let samples = try PrometheusParser.parse(metrics.render())
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "client": "none"]), total)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect", "client": "none"]), total)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "p0.test", "reason": "pin-mismatch", "mode": "enforce", "client": "none"]), total / 2)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
@@ -232,9 +243,9 @@ final class ProxyMetricsTests: XCTestCase {
         metrics.clientLookup(found: false)
         let samples = try PrometheusParser.parse(metrics.render())
         let connections = "pinproxy_connections_total", refusals = "pinproxy_refusals_total"
-        XCTAssertEqual(samples.value(connections, ["outcome": "allowed", "reason": "none", "client": "user:alice,exe:/usr/bin/git"]), 1)
-        XCTAssertEqual(samples.value(connections, ["outcome": "allowed", "reason": "none", "client": "none"]), 1)
-        XCTAssertEqual(samples.value(connections, ["outcome": "refused", "reason": "client-denied", "client": "user:www-data"]), 1)
+        XCTAssertEqual(samples.value(connections, ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "user:alice,exe:/usr/bin/git"]), 1)
+        XCTAssertEqual(samples.value(connections, ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 1)
+        XCTAssertEqual(samples.value(connections, ["outcome": "refused", "reason": "client-denied", "listener": "connect", "client": "user:www-data"]), 1)
         XCTAssertEqual(samples.value(refusals, ["host_pattern": "[default]", "reason": "client-denied", "mode": "enforce", "client": "user:www-data"]), 1)
         XCTAssertEqual(samples.value(refusals, ["host_pattern": "[default]", "reason": "client-denied", "mode": "report_only", "client": "exe:/usr/bin/git"]), 1)
         XCTAssertEqual(samples.value("pinproxy_client_lookups_total", ["result": "found"]), 2)

@@ -6,6 +6,7 @@ import XCTest
 final class SystemdFilesTests: XCTestCase {
     private var serviceUnit: String { repositoryRoot + "/systemd/pinproxy.service" }
     private var socketUnit: String { repositoryRoot + "/systemd/pinproxy.socket" }
+    private var egressUnit: String { repositoryRoot + "/systemd/pinproxy-egress.service" }
     private let installedBinary = "/usr/local/bin/pinproxy"
 
     /// The `pinproxy` executable of this build (beside the test bundle), if built.
@@ -38,9 +39,14 @@ final class SystemdFilesTests: XCTestCase {
         let copy = original.replacingOccurrences(of: prefix, with: "ExecStart=\(stand_in) ")
         try copy.write(toFile: directory.path + "/pinproxy.service", atomically: true, encoding: .utf8)
         try FileManager.default.copyItem(atPath: socketUnit, toPath: directory.path + "/pinproxy.socket")
+        let egress = try String(contentsOfFile: egressUnit, encoding: .utf8)
+        XCTAssertEqual(egress.components(separatedBy: "\n").filter { $0.hasPrefix("Exec") && $0.contains("=\(installedBinary) egress ") }.count, 3,
+                       "ExecStart, ExecReload and ExecStop must run \(installedBinary) egress")
+        try egress.replacingOccurrences(of: "=\(installedBinary) ", with: "=\(stand_in) ")
+            .write(toFile: directory.path + "/pinproxy-egress.service", atomically: true, encoding: .utf8)
 
-        let result = try runProcess(tool, ["verify", "--man=no",
-                                           directory.path + "/pinproxy.service", directory.path + "/pinproxy.socket"])
+        let result = try runProcess(tool, ["verify", "--man=no", directory.path + "/pinproxy.service",
+                                           directory.path + "/pinproxy.socket", directory.path + "/pinproxy-egress.service"])
         let diagnostics = (result.stdout + result.stderr).split(separator: "\n").filter { $0.contains("pinproxy") }
         XCTAssertEqual(result.status, 0, "systemd-analyze verify failed:\n\(result.stdout)\(result.stderr)")
         XCTAssertEqual(diagnostics, [], "systemd-analyze verify complained about the units")
@@ -50,11 +56,11 @@ final class SystemdFilesTests: XCTestCase {
     func testShippedUnitsFailVerifyOnlyForTheMissingBinary() throws {
         let tool = try systemdAnalyze()
         if FileManager.default.isExecutableFile(atPath: installedBinary) {
-            let result = try runProcess(tool, ["verify", "--man=no", serviceUnit, socketUnit])
+            let result = try runProcess(tool, ["verify", "--man=no", serviceUnit, socketUnit, egressUnit])
             XCTAssertEqual(result.status, 0, result.stderr)
             return
         }
-        let result = try runProcess(tool, ["verify", "--man=no", serviceUnit, socketUnit])
+        let result = try runProcess(tool, ["verify", "--man=no", serviceUnit, socketUnit, egressUnit])
         let lines = (result.stdout + result.stderr).split(separator: "\n").map(String.init)
         XCTAssertFalse(lines.isEmpty, "expected the missing \(installedBinary) to be reported")
         for line in lines {
@@ -69,15 +75,52 @@ final class SystemdFilesTests: XCTestCase {
             "Type=notify",
             "ExecStart=/usr/local/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml",
             "ExecReload=/bin/kill -HUP $MAINPID",
-            "StateDirectory=pinproxy", "ConfigurationDirectory=pinproxy", "DynamicUser=yes",
+            "StateDirectory=pinproxy", "ConfigurationDirectory=pinproxy", "LogsDirectory=pinproxy", "User=pinproxy", "Group=pinproxy",
             "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
             "PrivateDevices=yes", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK", "CapabilityBoundingSet=",
             "SystemCallFilter=@system-service", "LimitNOFILE=65536", "Restart=on-failure", "WatchdogSec=30s",
         ] {
             XCTAssertTrue(settings.contains(required), "pinproxy.service lacks \(required)")
         }
+        // A static user: a dynamic one's uid can change at restart, and the egress lock exempts by uid.
+        XCTAssertFalse(settings.contains { $0.hasPrefix("DynamicUser=") }, "pinproxy.service must not use DynamicUser=")
         let socket = try String(contentsOfFile: socketUnit, encoding: .utf8)
         XCTAssertTrue(socket.contains("\nListenStream=127.0.0.1:3128\n"))
+    }
+
+    /// Under ProtectSystem=strict only the unit's own directories are writable: the `report_to`
+    /// file the shipped config and the README show must be in its LogsDirectory.
+    func testTheExampleReportFileIsInTheUnitsLogsDirectory() throws {
+        let unit = try String(contentsOfFile: serviceUnit, encoding: .utf8)
+        let logs = unit.split(separator: "\n").filter { $0.hasPrefix("LogsDirectory=") }
+        XCTAssertEqual(logs, ["LogsDirectory=pinproxy"])
+        for document in ["/config/pinproxy.toml", "/README.md"] {
+            let text = try String(contentsOfFile: repositoryRoot + document, encoding: .utf8)
+            let paths = text.components(separatedBy: "\"file:").dropFirst().map { $0.prefix { $0 != "\"" } }
+                .filter { $0.hasPrefix("/") }
+            XCTAssertFalse(paths.isEmpty, "\(document) shows no absolute report_to file")
+            for path in paths {
+                XCTAssertTrue(path.hasPrefix("/var/log/pinproxy/"), "\(document): \(path) is outside LogsDirectory=pinproxy")
+            }
+        }
+    }
+
+    /// The egress lock: a oneshot that applies on start and removes on stop, ordered after
+    /// pinproxy and not bound to it (restarting pinproxy leaves the lock on: fail closed).
+    func testEgressUnitSettings() throws {
+        let text = try String(contentsOfFile: egressUnit, encoding: .utf8)
+        let settings = text.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") && $0.contains("=") }
+        for required in [
+            "Type=oneshot", "RemainAfterExit=yes", "After=pinproxy.service",
+            "ExecStart=/usr/local/bin/pinproxy egress apply --config /etc/pinproxy/pinproxy.toml",
+            "ExecStop=/usr/local/bin/pinproxy egress remove --config /etc/pinproxy/pinproxy.toml",
+            "CapabilityBoundingSet=CAP_NET_ADMIN", "WantedBy=multi-user.target",
+        ] {
+            XCTAssertTrue(settings.contains(required), "pinproxy-egress.service lacks \(required)")
+        }
+        for forbidden in ["PartOf=", "BindsTo=", "Requires=", "User=", "DynamicUser="] {
+            XCTAssertFalse(settings.contains { $0.hasPrefix(forbidden) }, "pinproxy-egress.service must not set \(forbidden)")
+        }
     }
 
     /// scripts/install.sh into a staging DESTDIR, with this build's binary (no release build,
@@ -102,6 +145,10 @@ final class SystemdFilesTests: XCTestCase {
                        files.contents(atPath: serviceUnit))
         XCTAssertEqual(files.contents(atPath: stage.path + "/etc/systemd/system/pinproxy.socket"),
                        files.contents(atPath: socketUnit))
+        XCTAssertEqual(files.contents(atPath: stage.path + "/etc/systemd/system/pinproxy-egress.service"),
+                       files.contents(atPath: egressUnit))
+        // Under DESTDIR no user is created: the command to create it is printed.
+        XCTAssertTrue(first.stdout.contains("useradd --system --user-group --home-dir /var/lib/pinproxy --no-create-home --shell /usr/sbin/nologin pinproxy"), first.stdout)
         let config = stage.path + "/etc/pinproxy/pinproxy.toml"
         XCTAssertEqual(files.contents(atPath: config), files.contents(atPath: repositoryRoot + "/config/pinproxy.toml"))
         let mode = try XCTUnwrap(files.attributesOfItem(atPath: stage.path + "/etc/systemd/system/pinproxy.service")[.posixPermissions] as? Int)
@@ -123,5 +170,9 @@ final class SystemdFilesTests: XCTestCase {
         XCTAssertTrue(files.isExecutableFile(atPath: other.path + "/opt/pinproxy/bin/pinproxy"))
         let unit = try String(contentsOfFile: other.path + "/etc/systemd/system/pinproxy.service", encoding: .utf8)
         XCTAssertTrue(unit.contains("\nExecStart=/opt/pinproxy/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml\n"))
+        let egress = try String(contentsOfFile: other.path + "/etc/systemd/system/pinproxy-egress.service", encoding: .utf8)
+        XCTAssertTrue(egress.contains("\nExecStart=/opt/pinproxy/bin/pinproxy egress apply --config /etc/pinproxy/pinproxy.toml\n"), egress)
+        XCTAssertTrue(egress.contains("\nExecStop=/opt/pinproxy/bin/pinproxy egress remove --config /etc/pinproxy/pinproxy.toml\n"), egress)
+        XCTAssertFalse(egress.contains("=/usr/local/bin/pinproxy"), egress)
     }
 }

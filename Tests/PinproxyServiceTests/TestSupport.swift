@@ -235,9 +235,13 @@ let repositoryRoot: String = URL(fileURLWithPath: #filePath)
 
 /// An `EventLoop` running on its own thread, for tests of code that needs a running loop.
 final class RunningLoop: @unchecked Sendable {
-    let loop = EventLoop()
+    let loop: EventLoop
     private let finished = DispatchSemaphore(value: 0)
     private var started = false
+
+    init() throws {
+        loop = try EventLoop()
+    }
 
     /// Runs the loop on a new thread until `stop()`.
     func start() {

@@ -7,8 +7,8 @@ import PinproxyInterop
 final class TimerTests: XCTestCase {
     private final class Captured {}
 
-    func testCancelReleasesTheAction() {
-        let loop = EventLoop()
+    func testCancelReleasesTheAction() throws {
+        let loop = try EventLoop()
         weak var observed: Captured?
         let timer: PinproxyInterop.Timer
         do {
@@ -23,11 +23,11 @@ final class TimerTests: XCTestCase {
         XCTAssertNil(observed, "a cancelled timer still holds what its action captured")
     }
 
-    func testATimerKeepsItsLoop() {
+    func testATimerKeepsItsLoop() throws {
         weak var observedLoop: EventLoop?
         var timer: PinproxyInterop.Timer?
         do {
-            let loop = EventLoop()
+            let loop = try EventLoop()
             observedLoop = loop
             timer = PinproxyInterop.Timer(loop: loop, after: 3600) {}
         }

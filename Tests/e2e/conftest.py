@@ -36,6 +36,10 @@ TIMEOUT = 30
 
 PIN_RE = r"sha256/[A-Za-z0-9+/]{43}="
 
+# Commands run without --config read the installed config when it exists: every test sees none
+# (a test of that lookup points PINPROXY_DEFAULT_CONFIG at its own file).
+os.environ["PINPROXY_DEFAULT_CONFIG"] = "/nonexistent/pinproxy/pinproxy.toml"
+
 # Two well-formed pins that match nothing in the PKI.
 PIN_X = pkilib._b64_sha256(b"pinproxy test pin x")
 PIN_Y = pkilib._b64_sha256(b"pinproxy test pin y")

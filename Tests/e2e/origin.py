@@ -1,6 +1,6 @@
 """Loopback origin servers for the pinproxy end-to-end tests.
 
-Every server binds port 0 on a loopback address, exposes ``.port`` as soon as the
+Every server binds port 0 (or the ``port`` given) on a loopback address, exposes ``.port`` as soon as the
 constructor returns (the socket is already listening), serves from daemon threads
 and is shut down by ``.close()`` (or as a context manager).
 
@@ -16,6 +16,7 @@ and is shut down by ``.close()`` (or as a context manager).
 - ``PlainHTTPOrigin``: the same handler without TLS (a CONNECT to it fails the
   upstream handshake).
 - ``SilentOrigin``: accepts TCP connections and never sends a byte.
+- ``HandshakeOrigin``: TLS handshakes on one port of many loopback addresses, nothing more.
 - ``ClosedPort``: a bound but not listening socket: connecting gets refused, and
   no one else can take the port while it exists.
 
@@ -176,7 +177,7 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class _BaseHTTPOrigin:
     ctx: ssl.SSLContext | None = None
 
-    def __init__(self, name: str, address: str):
+    def __init__(self, name: str, address: str, port: int = 0):
         self.name = name
         self.address = address
         self._lock = threading.Lock()
@@ -188,7 +189,7 @@ class _BaseHTTPOrigin:
         self.handshakes = 0
         self.connections = 0
         fam = socket.AF_INET6 if ":" in address else socket.AF_INET
-        self.server = _Server(self, (address, 0), fam)
+        self.server = _Server(self, (address, port), fam)
         self.port: int = self.server.server_address[1]
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
@@ -227,6 +228,7 @@ class TLSOrigin(_BaseHTTPOrigin):
         address: str = "127.0.0.1",
         min_tls: str | None = None,
         max_tls: str | None = None,
+        port: int = 0,
     ):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         if min_tls is not None:
@@ -239,7 +241,7 @@ class TLSOrigin(_BaseHTTPOrigin):
         ctx.sni_callback = self._on_sni
         self.ctx = ctx
         self.chain = Path(chain)
-        super().__init__(name, address)
+        super().__init__(name, address, port)
 
     def _on_sni(self, sslsock, server_name, ctx):
         with self._lock:
@@ -298,6 +300,79 @@ class SilentOrigin:
             for c in self.held:
                 c.close()
             self.held.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class HandshakeOrigin:
+    """TLS with CHAIN and KEY on one port of each of many IPv4 loopback ADDRESSES: completes
+    the handshake of every connection, then closes it. Enough for a client that only judges
+    the certificate (a refused CONNECT to each address as an IP literal). ``.handshakes``
+    counts the completed handshakes."""
+
+    def __init__(self, chain: str | Path, key: str | Path, addresses: Sequence[str]):
+        import selectors
+
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(chain), str(key))
+        self.handshakes = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.listeners: list[socket.socket] = []
+        for _ in range(20):  # a port free on every address
+            probe = socket.socket()
+            probe.bind((addresses[0], 0))
+            self.port: int = probe.getsockname()[1]
+            probe.close()
+            try:
+                for address in addresses:
+                    s = socket.socket()
+                    self.listeners.append(s)
+                    s.bind((address, self.port))
+                    s.listen(128)
+                    s.setblocking(False)
+                break
+            except OSError:
+                for s in self.listeners:
+                    s.close()
+                self.listeners.clear()
+        if not self.listeners:
+            raise OSError(f"no port free on all of {len(addresses)} addresses")
+        self.selector = selectors.DefaultSelector()
+        for s in self.listeners:
+            self.selector.register(s, selectors.EVENT_READ)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="origin-handshakes")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self.selector.select(timeout=0.05):
+                try:
+                    conn, _ = key.fileobj.accept()
+                except OSError:
+                    continue
+                threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
+
+    def _handshake(self, conn: socket.socket) -> None:
+        conn.setblocking(True)
+        conn.settimeout(10)
+        try:
+            with self.ctx.wrap_socket(conn, server_side=True):
+                with self._lock:
+                    self.handshakes += 1
+        except OSError:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        self.selector.close()
+        for s in self.listeners:
+            s.close()
 
     def __enter__(self):
         return self

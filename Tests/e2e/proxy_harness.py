@@ -82,6 +82,8 @@ STATUS = {
             "hostname-mismatch",
             "pin-mismatch",
             "tls-version",
+            "no-sni",
+            "capture-loop",
         )
     },
     "bad-request": 400,

@@ -237,6 +237,12 @@ VALID = {
         [hosts."blocked.test"]
         action = "deny"
         """,
+    "report-bounds": """
+        [proxy]
+        report_to = ["file:reports.jsonl"]
+        report_rate_limit = 1
+        report_file_max_bytes = 1
+        """,
     "revocation-crl": """
         [hosts."api.test"]
         trust = ["root-a.pem"]
@@ -623,6 +629,26 @@ ERRORS: list[Case] = [
     Case("wrong-type-proxy-block-private", """
         [proxy]
         block_private_destinations = "yes"  # @a
+        """, ["a"]),
+    Case("report-rate-limit-zero", """
+        [proxy]
+        report_rate_limit = 0  # @a
+        """, ["a"]),
+    Case("report-rate-limit-float", """
+        [proxy]
+        report_rate_limit = 1.5  # @a
+        """, ["a"]),
+    Case("report-file-max-bytes-zero", """
+        [proxy]
+        report_file_max_bytes = 0  # @a
+        """, ["a"]),
+    Case("report-file-max-bytes-negative", """
+        [proxy]
+        report_file_max_bytes = -1  # @a
+        """, ["a"]),
+    Case("report-file-max-bytes-string", """
+        [proxy]
+        report_file_max_bytes = "64MiB"  # @a
         """, ["a"]),
     Case("wrong-type-resolve-value", """
         [resolve]

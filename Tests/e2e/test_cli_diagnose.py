@@ -19,7 +19,8 @@ import pytest
 
 import origin as originlib
 import pki as pkilib
-from proxy_harness import API, free_port, poll, port_accepts
+from conftest import PIN_X, PIN_Y
+from proxy_harness import API, Tunnel, free_port, make_proxy, poll, port_accepts  # noqa: F401 (fixture)
 
 
 def diagnose(pinproxy, *args, env=None):
@@ -92,7 +93,7 @@ def test_deprecated_versions_are_flagged(pinproxy, pki, tmp_path):
         o.close()
     assert r.returncode == 0, r
     assert re.search(r"TLS 1\.0\s+accepted.*deprecated", r.stdout), r.stdout
-    assert "policy: none given" in r.stdout and "verdict: allow" in r.stdout, r.stdout
+    assert "policy: the built-in default's [default]" in r.stdout and "verdict: allow" in r.stdout, r.stdout
 
 
 def test_incomplete_chain_is_refused_and_shown(pinproxy, pki, tmp_path):
@@ -147,3 +148,48 @@ def test_usage_errors(pinproxy, tmp_path):
     bad.write_text("[hosts.\"api.test\"]\nnonsense = 1\n")
     r = diagnose(pinproxy, "api.test", "--config", bad)
     assert r.returncode == 2 and f"{bad}:2:" in r.stderr, r
+
+
+def test_the_suggested_block_passes_check_and_the_daemon_allows_the_server(pinproxy, pki, make_proxy):
+    """The entry pins keys the server no longer has (pin-mismatch), verifies to a listed anchor and
+    allows two ports: the block diagnose prints keeps the anchor and both ports, and pasted in the
+    entry's place it passes check and the daemon allows the server."""
+    o = originlib.TLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), name="d-paste")
+    try:
+        entry = {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y], "ports": [o.port, 9443]}
+        p = make_proxy(start=False, proxy={"allow_ports": [443]}, hosts={API: entry})
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--config", p.config_path)
+        assert r.returncode == 1 and "verdict: refuse: pin-mismatch" in r.stdout, r
+        block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
+        assert 'trust = ["root-a.pem"]' in block, block
+        assert f"ports = [{min(o.port, 9443)}, {max(o.port, 9443)}]" in block, block
+        header = re.search(rf'^\[hosts\."{re.escape(API)}"\]\n(?:[^\[\n].*\n|\n)*', p.config_text, re.M)
+        assert header, p.config_text
+        p.write_config(p.config_text[:header.start()] + block + "\n" + p.config_text[header.end():])
+        check = subprocess.run([str(pinproxy), "check", "--config", str(p.config_path)], capture_output=True, text=True,
+                               timeout=60)
+        assert check.returncode == 0, (check, p.config_text)
+        p.start()
+        t = Tunnel(p, API, o.port)
+        try:
+            status, _ = t.get("/small")
+        finally:
+            t.close()
+        assert status == 200, p.describe()
+    finally:
+        o.close()
+
+
+def test_a_block_for_a_chain_the_entry_cannot_verify_names_the_anchor_it_needs(pinproxy, pki, tmp_path):
+    """The entry verifies to root B; the server's chain goes to root A: the block's trust names
+    the top certificate the server sent instead of keeping an anchor that cannot verify it."""
+    o = originlib.TLSOrigin(pki.path("api-fullchain.pem"), pki.path("api.key"), name="d-anchor")
+    try:
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--config",
+                     config(tmp_path, pki, port=o.port, trust=f'["{pki.path("root-b.pem")}"]'))
+    finally:
+        o.close()
+    assert r.returncode == 1 and "verdict: refuse: untrusted-chain" in r.stdout, r
+    block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
+    assert "# anchor: the root the server presented: CN=pinproxy test root A" in block, block
+    assert 'trust = ["api.test-anchor.pem"]' in block and "root-b.pem" not in block, block

@@ -147,6 +147,9 @@ TIME = cases(
     Ev("at-omitted-uses-now", host("api.test", trust=TA), ALLOW, at=None),
     Ev("at-with-offset", host("api.test", trust=TA), ALLOW, at="2026-06-01T02:00:00+02:00"),
     Ev("at-fractional-seconds", host("api.test", trust=TA), ALLOW, at="2026-06-01T00:00:00.5Z"),
+    # A date alone is its first instant, UTC.
+    Ev("at-a-date-alone", host("api.test", trust=TA), refuse("certificate-expired"), at="2046-01-01"),
+    Ev("at-a-date-alone-valid", host("api.test", trust=TA), ALLOW, at="2026-06-01"),
     # At 2012 the old leaf is fine but int-a (2020..2045) is not yet valid.
     Ev("time-applies-to-every-cert", host("api.test", trust=TA), refuse("certificate-not-yet-valid"),
        chain="expired-chain.pem", at="2012-06-01T00:00:00Z"),
@@ -156,6 +159,20 @@ TIME = cases(
 @pytest.mark.parametrize("c", TIME)
 def test_time(ws, c):
     evaluate_case(ws, c)
+
+
+def test_a_date_alone_is_midnight_utc(ws):
+    cfg = ws.config(host("api.test", trust=TA))
+    r = ws.evaluate(cfg, "api.test", "api-chain.pem", at="2046-01-01")
+    assert "at: 2046-01-01T00:00:00Z" in r.out, r
+
+
+@pytest.mark.parametrize("at", ["2046-13-01", "2046-01-01x", "tomorrow"])
+def test_a_bad_time_is_a_usage_error_of_evaluate(ws, at):
+    r = ws.evaluate(ws.config(host("api.test", trust=TA)), "api.test", "api-chain.pem", at=at)
+    assert r.code == 2, r
+    assert f'--at "{at}" is not an RFC 3339 time' in r.err, r
+    assert "Usage: pinproxy evaluate " in r.err and "Usage: pinproxy <subcommand>" not in r.err, r
 
 
 # ====================================================================== host names

@@ -1,7 +1,9 @@
 """The files pinproxy reads: certificates, bundles, CRLs, chains, staples and configs.
 
-- Nothing larger than 16 MiB is read: a 2 GiB file (sparse) is a clear error naming the file,
-  at once, in `check`, `evaluate` and `pin` — never a trap after reading it whole.
+- Each kind of file has a cap sized for real use: a config 64 MiB, a CRL file 256 MiB,
+  certificates, keys and staples 16 MiB. A larger file (sparse, up to 2 GiB) is a clear error
+  naming the file and the cap, at once, in `check`, `evaluate` and `pin` — never a trap after
+  reading it whole. A policy of 100,000 hosts with two pins each (17 MB) loads.
 - Nothing in a certificate, chain or CRL file is skipped: a junk block between certificates is an
   error naming the file and the block, not a bundle silently cut short (and a backup pin lost).
 - Names are bytes: a file whose name is not UTF-8 in a `trust` or `certificates` directory is
@@ -10,15 +12,18 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import TIMEOUT, pkilib
+from conftest import TIMEOUT, pkilib, run
 
 GIB2 = 2 << 30
+MIB = 1 << 20
 
 
 def run_bytes(binary: Path, *args: bytes | str, cwd: Path) -> subprocess.CompletedProcess:
@@ -33,9 +38,9 @@ def sparse(path: Path, size: int = GIB2) -> Path:
     return path
 
 
-def assert_too_large(res, name: str) -> None:
+def assert_too_large(res, name: str, cap: str = "16 MiB, the cap on certificate and key files") -> None:
     assert res.code > 0, f"expected a clean error exit (not a crash)\n{res}"
-    assert name in res.err and "larger than 16 MiB" in res.err, res
+    assert name in res.err and f"larger than {cap}" in res.err, res
 
 
 # ---------------------------------------------------------------- the size cap
@@ -55,14 +60,55 @@ def test_check_refuses_a_2gib_file(ws, key, value):
     cfg = ws.config(f'[hosts."api.test"]\n{extra}{key} = {value}\n')
     res = ws.check(cfg)
     assert res.code == 1, res
-    assert_too_large(res, '"huge.pem"')
+    assert_too_large(res, '"huge.pem"', "256 MiB, the cap on CRL files" if key == "crls" else
+                     "16 MiB, the cap on certificate and key files")
     assert f"{cfg}:" in res.err, res
 
 
-def test_check_refuses_a_2gib_config(ws):
-    cfg = sparse(ws.path("huge.toml"))
+@pytest.mark.parametrize("size", [GIB2, 64 * MIB + 1], ids=["2gib", "just-over-64mib"])
+def test_check_refuses_a_config_over_64mib(ws, size):
+    cfg = sparse(ws.path("huge.toml"), size)
     res = ws.check(cfg)
-    assert_too_large(res, str(cfg))
+    assert res.code == 1, res
+    assert f"{cfg}: the config file is larger than 64 MiB, the cap on config files" in res.err, res
+
+
+def pin(i: int, j: int) -> str:
+    return "sha256/" + base64.b64encode(hashlib.sha256(f"{i}/{j}".encode()).digest()).decode()
+
+
+def test_a_policy_of_100000_hosts_with_two_pins_each_loads(ws):
+    """17 MB: over the 16 MiB that once capped every file, well under the config's 64 MiB."""
+    cfg = ws.path("large.toml")
+    with open(cfg, "w") as out:
+        for i in range(100_000):
+            out.write(f'[hosts."h{i}.example.test"]\npin = "public-key"\npins = ["{pin(i, 0)}", "{pin(i, 1)}"]\n\n')
+    assert 16 * MIB < cfg.stat().st_size < 64 * MIB
+    # A debug build on a busy machine takes seconds: the bound is generous.
+    res = run(ws.bin, "check", "--config", cfg, cwd=ws.cwd, timeout=180)
+    assert res.code == 0, res.err[:2000]
+    assert "hosts: 100000 entries, 100000 pinned with 200000 pins" in res.out, res.out[:2000]
+
+
+def test_a_crl_file_over_16mib_loads_and_one_over_256mib_is_refused(ws):
+    """A CRL bundle padded with text between its blocks to just over 16 MiB is read whole (its
+    CRLs count); one just over 256 MiB (sparse) is refused, naming the cap."""
+    padding = b"# " + b"x" * 1000 + b"\n"
+    ws.write("padded-crls.pem", ws.path("crl-root-b.pem").read_bytes() + padding * (16 * MIB // len(padding) + 1)
+             + ws.path("crl-int-a.pem").read_bytes())
+    assert 16 * MIB < ws.path("padded-crls.pem").stat().st_size < 256 * MIB
+    cfg = ws.config('[hosts."api.test"]\ntrust = ["root-a.pem"]\nrevocation = "crl"\ncrls = ["padded-crls.pem"]\n')
+    res = ws.check(cfg)
+    assert res.code == 0, res
+    # The CRL after the padding is the one that revokes.
+    assert ws.evaluate(cfg, "api.test", "api-chain.pem").first == "allow"
+    res = ws.evaluate(cfg, "api.test", "revoked-chain.pem")
+    assert res.first == "refuse: revoked", res
+    sparse(ws.path("huge-crls.pem"), 256 * MIB + 1)
+    cfg = ws.config('[hosts."api.test"]\ntrust = ["root-a.pem"]\nrevocation = "crl"\ncrls = ["huge-crls.pem"]\n')
+    res = ws.check(cfg)
+    assert res.code == 1, res
+    assert_too_large(res, '"huge-crls.pem"', "256 MiB, the cap on CRL files")
 
 
 def test_evaluate_refuses_a_2gib_chain_and_staple(ws):
@@ -73,7 +119,7 @@ def test_evaluate_refuses_a_2gib_chain_and_staple(ws):
     assert_too_large(res, "huge.pem")
     res = ws.evaluate(cfg, "api.test", "api-chain.pem", staple="huge.pem")
     assert res.code == 2, res
-    assert_too_large(res, "huge.pem")
+    assert_too_large(res, "huge.pem", "16 MiB, the cap on OCSP staple files")
 
 
 def test_pin_refuses_a_2gib_file(ws):
@@ -86,7 +132,7 @@ def test_pin_refuses_a_2gib_file(ws):
 
 def test_a_file_just_under_the_cap_is_read(ws):
     """The cap is on size, not on content: a bundle padded with explanatory text to just under
-    16 MiB is read whole."""
+    16 MiB is read whole; one byte more is refused."""
     pem = ws.path("api-chain.pem").read_bytes()
     padding = b"# " + b"x" * 1000 + b"\n"
     count = (16 * 1024 * 1024 - 2 * len(pem)) // len(padding)
@@ -95,6 +141,9 @@ def test_a_file_just_under_the_cap_is_read(ws):
     res = ws.pin(ws.path("padded.pem"))
     assert res.code == 0, res
     assert ws.pki.spki("root-a") in res.out, res
+    with open(ws.path("padded.pem"), "ab") as f:
+        f.write(b"#" * (16 * MIB + 1 - ws.path("padded.pem").stat().st_size))
+    assert_too_large(ws.pin(ws.path("padded.pem")), "padded.pem")
 
 
 # ---------------------------------------------------------------- nothing skipped

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +82,49 @@ def test_an_own_directory_with_a_loose_mode_is_made_private(make_proxy, pki, tmp
     p = make_proxy(proxy={"ca_dir": str(ca_dir), "allow_ports": [443]}, hosts={API: pinned_entry(pki, "api", "int-a")})
     assert p.alive()
     assert stat.S_IMODE(ca_dir.stat().st_mode) == 0o700
+
+
+def ca_command(pinproxy, config: Path, *, passwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`pinproxy ca --config CONFIG`; with PASSWD, in a private mount namespace where it is /etc/passwd."""
+    argv = [str(pinproxy), "ca", "--config", str(config)]
+    if passwd is not None:
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind "$0" /etc/passwd && exec "$@"', str(passwd), *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+
+def test_ca_reads_the_certificate_of_a_directory_it_does_not_own(pinproxy, make_proxy, pki, tmp_path):
+    """As root running `pinproxy ca` on the service's directory: the certificate is printed; the
+    directory and key stay the service's."""
+    needs_root()
+    ca_dir = made_ca(make_proxy, pki, tmp_path / "ca")
+    for path in (ca_dir, ca_dir / "ca.pem", ca_dir / "ca.key"):
+        os.chown(path, OTHER_UID, OTHER_UID)
+    config = tmp_path / "ca.toml"
+    config.write_text(f'[proxy]\nca_dir = "{ca_dir}"\n')
+    r = ca_command(pinproxy, config)
+    assert r.returncode == 0, r
+    assert r.stdout == f"{ca_dir / 'ca.pem'}\n" + (ca_dir / "ca.pem").read_text(), r
+    assert (ca_dir / "ca.key").stat().st_uid == OTHER_UID and ca_dir.stat().st_uid == OTHER_UID
+
+
+@pytest.mark.parametrize("owner, name", [(64990, "pinproxy"), (61234, None)])
+def test_the_advice_for_the_services_directory_is_to_start_the_service(pinproxy, tmp_path, owner, name):
+    """A directory of the service's user (the static user `pinproxy`, or a DynamicUser uid with no
+    name while its unit is stopped) without a CA yet: only the service may create it there; the
+    advice is to start it, never to chown the directory to root."""
+    needs_root()
+    ca_dir = tmp_path / "state"
+    ca_dir.mkdir(mode=0o700)
+    os.chown(ca_dir, owner, owner)
+    config = tmp_path / "ca.toml"
+    config.write_text(f'[proxy]\nca_dir = "{ca_dir}"\n')
+    passwd = tmp_path / "passwd"
+    passwd.write_text(Path("/etc/passwd").read_text()
+                      + (f"{name}:x:{owner}:{owner}:pinproxy:/nonexistent:/usr/sbin/nologin\n" if name else ""))
+    r = ca_command(pinproxy, config, passwd=passwd)
+    assert r.returncode == 1, r
+    whose = f"uid {owner} (pinproxy), the user the pinproxy service runs as" if name else f"uid {owner}, a systemd DynamicUser"
+    assert whose in r.stderr, r
+    assert "systemctl start pinproxy" in r.stderr and "chown -R" not in r.stderr, r
+    assert not (ca_dir / "ca.key").exists()

@@ -158,6 +158,48 @@ def test_urllib_raises_on_refusal(proxy, origins):
     assert "403" in str(err), err
 
 
+# ------------------------------------------------------- hostile certificate text
+
+
+def test_refusal_body_is_printable_ascii_and_bounded(make_proxy, tmp_path):
+    """The detail of a refusal quotes the server's certificate subject: control characters,
+    non-ASCII text, HTML and sheer length in it reach neither the body nor the headers as such."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    import pki as pkilib
+
+    # RFC 2253 lists the last attribute first: the CN and O lead the detail, the units run long.
+    hostile = [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, f"unit {i:02} " + "x" * 50) for i in range(60)] + [
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "M\u00fcller \u4e2d\u6587 <script>alert(1)</script>"),
+        x509.NameAttribute(NameOID.COMMON_NAME, "evil\x1b[31mred\u2028line\u0085nel\u202eX\nY"),
+    ]
+    leaf = pkilib.make_leaf(None, None, subject=x509.Name(hostile), san_dns=[API])
+    leaf.write(tmp_path, "hostile", leaf)
+    server = originlib.TLSOrigin(tmp_path / "hostile-chain.pem", tmp_path / "hostile.key", name="hostile")
+    try:
+        p = make_proxy(proxy={"allow_ports": [server.port]}, resolve={API: "127.0.0.1"},
+                       hosts={API: {"trust": ["root-a.pem"]}})
+        c = connect(p.port, API, server.port)
+        ans = c.answer
+        assert ans.status == 403 and ans.refusal == "untrusted-chain", str(ans)
+        # The detail names the subject (the log line has it whole) ...
+        assert "script\\>alert(1)" in ans.text and "unit 59" in ans.text, str(ans)  # (OpenSSL escapes < and >)
+        # ... but every byte of the answer is printable ASCII, CRLF aside, and the body is cut.
+        outside = sorted({b for b in ans.raw.replace(b"\r\n", b"").replace(b"\n", b"") if not 0x20 <= b <= 0x7E})
+        assert outside == [], f"bytes outside printable ASCII: {outside}\n{ans.raw[:600]!r}"
+        assert len(ans.body) <= 2_200 and ans.body.endswith(b"...\n"), f"{len(ans.body)} bytes: {ans.body[-200:]!r}"
+        assert b"red?line?nel?X" in ans.body and b"O=M?ller ?? " in ans.body, ans.body[:600]
+        assert len(ans.status_line) <= 160, ans.status_line
+        assert ans.headers.get("content-type") == "text/plain; charset=utf-8", str(ans)
+        assert ans.headers.get("x-content-type-options") == "nosniff", str(ans)
+        line = p.connection_log(c.client_port)
+        assert "unit 00" in line.get("detail", "") and "unit 00" not in ans.text, line.raw
+        p.assert_alive("after refusing a hostile subject")
+    finally:
+        server.close()
+
+
 # --------------------------------------------------------------------- SNI
 
 

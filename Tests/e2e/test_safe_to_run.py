@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import ssl
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AT, PIN_X, TIMEOUT, run, pkilib
-from proxy_harness import Proxy, free_port, make_proxy, poll, proxy_factory  # noqa: F401 (fixture)
+from proxy_harness import REPO, Proxy, free_port, make_proxy, poll, proxy_factory  # noqa: F401 (fixture)
 
 
 def run_env(pinproxy, *args, env=None, cwd=None):
@@ -29,7 +30,30 @@ def run_env(pinproxy, *args, env=None, cwd=None):
 def test_version(pinproxy):
     p = run_env(pinproxy, "--version")
     assert p.returncode == 0, p
-    assert re.fullmatch(r"pinproxy \d+\.\d+\.\d+\n", p.stdout), p.stdout
+    # A plain swift build knows no commit; the build scripts give it one (scripts/build-info).
+    assert re.fullmatch(r"pinproxy \d+\.\d+\.\d+ \((commit unknown|commit [0-9a-f]{7}(-dirty)?, \d{4}-\d{2}-\d{2})\)\n",
+                        p.stdout), p.stdout
+
+
+def build_info(repo, **env) -> str:
+    """What scripts/build-info exports for REPO."""
+    script = f'repo="{repo}"; . "{REPO}/scripts/build-info"; echo "${{PINPROXY_COMMIT:-}} ${{PINPROXY_COMMIT_DATE:-}}"'
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=TIMEOUT,
+                          env={**os.environ, **env}).stdout.strip()
+
+
+def test_build_info_names_the_commit_and_its_date_or_nothing(tmp_path):
+    env = {"SOURCE_DATE_EPOCH": ""}
+    if shutil.which("git") and subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode == 0:
+        commit, date = build_info(REPO, **env).split(" ")
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+        assert commit in (head, f"{head}-dirty"), commit
+        committed = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%d"],
+                                   capture_output=True, text=True, env={**os.environ, "TZ": "UTC"}).stdout.strip()
+        assert date == committed, date
+        # SOURCE_DATE_EPOCH sets the date, for a reproducible build.
+        assert build_info(REPO, SOURCE_DATE_EPOCH="1798761600").split(" ")[1] == "2027-01-01"
+    assert build_info(tmp_path) == "", "outside git: no commit and no date (the binary says commit unknown)"
 
 
 # ---------------------------------------------------------------- ca --bundle

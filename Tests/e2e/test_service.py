@@ -382,6 +382,25 @@ def test_socket_activation_accepts_on_inherited_socket(make_service_proxy, origi
     assert p.stop() == 0, p.describe()
 
 
+def test_socket_activation_still_binds_transparent_listen(make_service_proxy, origins, pki, notify_path):
+    """The inherited socket replaces proxy.listen only: the daemon binds transparent_listen itself."""
+    lsock = listening_socket()
+    inherited_port, transparent_port = lsock.getsockname()[1], free_port()
+    try:
+        p = service_proxy(make_service_proxy, origins, pki, proxy={"transparent_listen": [f"127.0.0.1:{transparent_port}"]},
+                          env={"LISTEN_FDS": "1", "NOTIFY_SOCKET": notify_path.address},
+                          pid_vars=["LISTEN_PID"], inherit_fds=[lsock.fileno()], start=False)
+        p.start(wait=False)
+        assert notify_path.next(what="READY=1", proxy=p).get("READY") == "1"
+    finally:
+        lsock.close()
+    listening = [(l.get("address"), l.get("listener")) for l in p.logs() if l.get("event") == "listening"]
+    assert listening == [(f"127.0.0.1:{inherited_port}", "connect"), (f"127.0.0.1:{transparent_port}", "transparent")], \
+        f"listening on {listening}\n{p.describe()}"
+    assert port_accepts(transparent_port)
+    assert p.stop() == 0, p.describe()
+
+
 def test_socket_activation_listen_pid_of_another_process_ignored(make_service_proxy, origins, pki, curl):
     lsock = listening_socket()
     try:
@@ -746,10 +765,16 @@ def test_install_sh_stages_into_destdir(pinproxy, tmp_path):
     assert stat.S_IMODE(binpath.stat().st_mode) == 0o755
     service = dest / "etc/systemd/system/pinproxy.service"
     sock = dest / "etc/systemd/system/pinproxy.socket"
+    egress = dest / "etc/systemd/system/pinproxy-egress.service"
     assert service.read_text() == (REPO / "systemd/pinproxy.service").read_text()
     assert sock.read_text() == (REPO / "systemd/pinproxy.socket").read_text()
+    assert egress.read_text() == (REPO / "systemd/pinproxy-egress.service").read_text()
     assert "ExecStart=/usr/local/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml" in service.read_text()
-    for unit in (service, sock):
+    assert "\nUser=pinproxy\n" in service.read_text() and "\nDynamicUser=" not in service.read_text()
+    assert "ExecStop=/usr/local/bin/pinproxy egress remove --config /etc/pinproxy/pinproxy.toml" in egress.read_text()
+    # Staged: the static user is not created, its useradd command is printed.
+    assert "useradd --system" in r.stdout and "pinproxy" in r.stdout, r.stdout
+    for unit in (service, sock, egress):
         assert stat.S_IMODE(unit.stat().st_mode) == 0o644, unit
     assert not list(dest.rglob("*.tmp"))
     conf = dest / "etc/pinproxy/pinproxy.toml"
@@ -780,6 +805,9 @@ def test_install_sh_prefix_and_relative_destdir(pinproxy, tmp_path):
     svc = (dest / "etc/systemd/system/pinproxy.service").read_text()
     assert "ExecStart=/opt/pp/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml" in svc, svc
     assert "/usr/local/bin/pinproxy" not in svc.split("[Service]")[1]
+    egress = (dest / "etc/systemd/system/pinproxy-egress.service").read_text()
+    assert "ExecStart=/opt/pp/bin/pinproxy egress apply --config /etc/pinproxy/pinproxy.toml" in egress, egress
+    assert "/usr/local/bin/pinproxy" not in egress.split("[Service]")[1]
 
 
 def test_install_sh_rejects_bad_inputs(pinproxy, tmp_path):
@@ -789,3 +817,41 @@ def test_install_sh_rejects_bad_inputs(pinproxy, tmp_path):
     assert not (dest / "etc").exists()
     r = run_install(dest, pinproxy, PREFIX="usr/local")
     assert r.returncode == 2 and "PREFIX must be an absolute path" in r.stderr, r.stdout + r.stderr
+
+
+def test_install_sh_installs_man_pages_and_completions_and_uninstalls(pinproxy, tmp_path):
+    dest = tmp_path / "stage"
+    r = run_install(dest, pinproxy)
+    assert r.returncode == 0, r.stdout + r.stderr
+    share = dest / "usr/local/share"
+    pages = sorted(p.name for p in (share / "man/man1").iterdir())
+    helped = json.loads(subprocess.run([str(pinproxy), "--experimental-dump-help"], capture_output=True, text=True,
+                                       timeout=TIMEOUT).stdout)
+    commands = [c["commandName"] for c in helped["command"]["subcommands"] if c["commandName"] != "help"]
+    assert {"run", "check", "diagnose", "wait"} <= set(commands), commands
+    assert pages == sorted(["pinproxy.1"] + [f"pinproxy-{c}.1" for c in commands]), pages
+    for page in pages:
+        text = (share / "man/man1" / page).read_text()
+        assert text.startswith(f".TH {page[:-2].upper()} 1 "), text[:200]
+        shown = subprocess.run(["man", "--warnings", "-l", "-Tutf8", str(share / "man/man1" / page)],
+                               capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(MANWIDTH="100"))
+        assert shown.returncode == 0 and shown.stderr == "", (page, shown.stderr)
+    run_page = (share / "man/man1/pinproxy-run.1").read_text()
+    assert "\\-\\-config" in run_page and "/etc/pinproxy/pinproxy.toml" in run_page, run_page
+    completions = {"bash-completion/completions/pinproxy": "bash", "zsh/site-functions/_pinproxy": "zsh",
+                   "fish/vendor_completions.d/pinproxy.fish": "fish"}
+    for path, shell in completions.items():
+        expected = subprocess.run([str(pinproxy), "--generate-completion-script", shell], capture_output=True,
+                                  text=True, timeout=TIMEOUT).stdout
+        assert (share / path).read_text() == expected and "diagnose" in expected, path
+    bash = subprocess.run(["bash", "-n", str(share / "bash-completion/completions/pinproxy")], capture_output=True)
+    assert bash.returncode == 0, bash
+
+    conf = dest / "etc/pinproxy/pinproxy.toml"
+    u = subprocess.run(["sh", str(REPO / "scripts/install.sh"), "--uninstall"], capture_output=True, text=True,
+                       env=clean_env(DESTDIR=str(dest)), stdin=subprocess.DEVNULL, timeout=120)
+    assert u.returncode == 0, u.stdout + u.stderr
+    assert "Kept: /etc/pinproxy" in u.stdout, u.stdout
+    left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert left == ["etc/pinproxy/pinproxy.toml"], left
+    assert conf.read_text() == (REPO / "config/pinproxy.toml").read_text()

@@ -15,6 +15,7 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <linux/inet_diag.h>
+#include <sys/types.h>
 
 // STACK_OF(X509): the sk_X509_* accessors are macros.
 STACK_OF(X509) *pp_sk_X509_new_null(void);
@@ -73,6 +74,14 @@ void pp_SSL_CTX_sess_set_new_cb(SSL_CTX *ctx, int (*callback)(SSL *, SSL_SESSION
 // SSL_OP_* option bits are built with the SSL_OP_BIT() macro, which Swift does not import.
 uint64_t pp_SSL_OP_NO_RENEGOTIATION(void);
 uint64_t pp_SSL_OP_CIPHER_SERVER_PREFERENCE(void);
+
+// pidfd_open(2) has only the variadic syscall() in this glibc's headers: -1 with errno ENOSYS
+// where the headers do not know it.
+int pp_pidfd_open(pid_t pid);
+// SO_ORIGINAL_DST (SOL_IP) and IP6T_SO_ORIGINAL_DST (SOL_IPV6) are macros of the kernel's
+// netfilter headers, which Swift's Glibc module does not include.
+int pp_SO_ORIGINAL_DST(void);
+int pp_IP6T_SO_ORIGINAL_DST(void);
 
 
 #endif

@@ -1,0 +1,128 @@
+import Foundation
+import PinproxyInterop
+
+/// The egress lock: an nftables ruleset, in its own table `inet pinproxy`, that redirects the
+/// host's outgoing TCP to the capture ports to pinproxy's transparent listener (IPv4 to the
+/// `127.0.0.1` one, IPv6 to the `[::1]` one), rejects outgoing UDP to them (QUIC) when
+/// `block_quic`, leaves this host's own addresses alone unless `local`, and lets the processes
+/// of the exempt users (pinproxy's own) go out uncaptured. Pure: the caller resolves the users.
+public struct EgressRuleset: Sendable {
+    /// The table every rule lives in; nothing else is touched.
+    public static let table = "inet pinproxy"
+
+    public let capture: CaptureSettings
+    /// The transparent listener ports for IPv4 (`127.0.0.1`) and IPv6 (`[::1]`).
+    public let ipv4Port: UInt16
+    public let ipv6Port: UInt16
+    /// The exempt users and their uids, in config order.
+    public let exempt: [(name: String, uid: UInt32)]
+
+    /// Why a config has no ruleset.
+    public struct Problem: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    /// The ruleset for `capture` redirecting to `transparentListen`, exempting the users
+    /// `uid(of:)` resolves; a problem when an address family has no loopback listener, nothing
+    /// is captured, or an exempt user does not exist.
+    public init(capture: CaptureSettings, transparentListen: [ListenAddress], uid: (String) -> UInt32?) throws(Problem) {
+        guard !capture.ports.isEmpty else {
+            throw Problem(description: "capture.ports is empty: the egress lock would capture nothing")
+        }
+        guard let v4 = transparentListen.first(where: { $0.address == IPAddress("127.0.0.1") }),
+              let v6 = transparentListen.first(where: { $0.address == IPAddress("::1") }) else {
+            let missing = [transparentListen.contains { $0.address == IPAddress("127.0.0.1") } ? nil : "\"127.0.0.1:PORT\" (IPv4)",
+                           transparentListen.contains { $0.address == IPAddress("::1") } ? nil : "\"[::1]:PORT\" (IPv6)"]
+            throw Problem(description: "proxy.transparent_listen has no \(missing.compactMap { $0 }.joined(separator: " and no ")): the egress lock redirects each family to the transparent listener on its loopback address, and a family without one would go out uncaptured")
+        }
+        var exempt: [(String, UInt32)] = []
+        for name in capture.exemptUsers {
+            guard let id = uid(name) else {
+                throw Problem(description: "capture.exempt_users: there is no user \"\(name)\" (create it, e.g. `useradd --system \(name)`, or list the user pinproxy runs as)")
+            }
+            exempt.append((name, id))
+        }
+        self.capture = capture
+        self.ipv4Port = v4.port
+        self.ipv6Port = v6.port
+        self.exempt = exempt
+    }
+
+    /// One line saying what is captured.
+    public var summary: String {
+        let ports = capture.ports.map(String.init).joined(separator: ",")
+        var parts = ["tcp \(ports) to 127.0.0.1:\(ipv4Port) and [::1]:\(ipv6Port)"]
+        parts.append(capture.blockQUIC ? "udp \(ports) rejected" : "udp \(ports) not blocked")
+        parts.append(capture.local ? "this host's own addresses captured too" : "this host's own addresses not captured")
+        parts.append(exempt.isEmpty ? "no user exempt" : "exempt: " + exempt.map { "\($0.name) (uid \($0.uid))" }.joined(separator: ", "))
+        return parts.joined(separator: "; ")
+    }
+
+    /// The whole `nft -f` input: the table is created (so that the next line cannot fail),
+    /// deleted and defined again in one transaction, so applying it twice leaves one copy. The
+    /// table's comment carries `fingerprint`, for `pinproxy egress status`.
+    public var text: String {
+        let (head, body) = parts
+        return head + "\tcomment \"\(Self.commentPrefix)\(Self.fingerprint(body))\"\n" + body
+    }
+
+    /// What the table's comment starts with; the fingerprint follows.
+    public static let commentPrefix = "pinproxy egress lock "
+
+    /// The first 16 hex digits of the rules' SHA-256: which ruleset a live table holds.
+    public var fingerprint: String { Self.fingerprint(parts.body) }
+
+    private static func fingerprint(_ body: String) -> String {
+        SHA256.hash(Array(body.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The text up to the table's opening brace, and the chains to its end.
+    private var parts: (head: String, body: String) {
+        let ports = capture.ports.count == 1 ? String(capture.ports[0]) : "{ " + capture.ports.map(String.init).joined(separator: ", ") + " }"
+        let uids = exempt.count == 1 ? String(exempt[0].uid) : "{ " + exempt.map { String($0.uid) }.joined(separator: ", ") + " }"
+        var skip: [String] = []
+        if !exempt.isEmpty { skip.append("meta skuid \(uids) return") }
+        if !capture.local { skip.append("fib daddr type local return") }
+        var lines = [
+            "#!/usr/sbin/nft -f",
+            "# pinproxy egress lock: \(summary).",
+            "# Applied by `pinproxy egress apply`, lifted by `pinproxy egress remove` (only this table).",
+            "table \(Self.table)",
+            "delete table \(Self.table)",
+            "table \(Self.table) {",
+        ]
+        let head = lines.joined(separator: "\n") + "\n"
+        lines = [
+            "\tchain capture_tcp {",
+            "\t\ttype nat hook output priority -100; policy accept;",
+        ]
+        lines += skip.map { "\t\t\($0)" }
+        lines += [
+            "\t\tmeta nfproto ipv4 tcp dport \(ports) redirect to :\(ipv4Port)",
+            "\t\tmeta nfproto ipv6 tcp dport \(ports) redirect to :\(ipv6Port)",
+            "\t}",
+        ]
+        if capture.blockQUIC {
+            lines += ["\tchain block_quic {", "\t\ttype filter hook output priority 0; policy accept;"]
+            lines += skip.map { "\t\t\($0)" }
+            lines += ["\t\tudp dport \(ports) reject", "\t}"]
+        }
+        lines.append("}")
+        return (head, lines.joined(separator: "\n") + "\n")
+    }
+
+    /// The `nft -f` input that lifts the lock: the table is created if missing, then deleted,
+    /// so that removing twice is no error; no other table is touched.
+    public static let removal = "table \(table)\ndelete table \(table)\n"
+
+    /// The fingerprint a live table carries, from `nft list table inet pinproxy`'s output.
+    public static func fingerprint(inListing listing: String) -> String? {
+        for line in listing.split(separator: "\n") {
+            let text = line.trimmingPrefix { $0 == " " || $0 == "\t" }
+            let start = "comment \"" + commentPrefix
+            guard text.hasPrefix(start), text.hasSuffix("\"") else { continue }
+            return String(text.dropFirst(start.count).dropLast())
+        }
+        return nil
+    }
+}

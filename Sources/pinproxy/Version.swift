@@ -1,2 +1,0 @@
-/// The version `pinproxy --version` prints.
-let pinproxyVersion = "0.1.0"

@@ -1,0 +1,186 @@
+import Foundation
+import PinproxyInterop
+@testable import PinproxyPolicy
+import XCTest
+
+/// `[capture]` and `proxy.transparent_listen`: loading, errors at their line, the warnings
+/// `check` prints, and the egress lock's ruleset built from them.
+final class CaptureConfigTests: XCTestCase {
+    var pki: PKI!
+
+    override func setUpWithError() throws {
+        pki = try PKI.shared()
+    }
+
+    func testDefaultsWhenNothingIsWritten() throws {
+        let config = try pki.loadConfig("[proxy]\nlisten = [\"127.0.0.1:3128\"]\n")
+        XCTAssertEqual(config.proxy.transparentListen, [])
+        XCTAssertEqual(config.capture, CaptureSettings())
+        XCTAssertEqual(config.capture.ports, [443])
+        XCTAssertFalse(config.capture.local)
+        XCTAssertTrue(config.capture.blockQUIC)
+        XCTAssertEqual(config.capture.exemptUsers, ["pinproxy"])
+        XCTAssertEqual(config.warnings.map(\.message), [])
+    }
+
+    func testEveryKeyIsRead() throws {
+        let config = try pki.loadConfig("""
+            [proxy]
+            transparent_listen = ["127.0.0.1:3129", "[::1]:3130"]
+            [capture]
+            ports = [8443, 443]
+            local = true
+            block_quic = false
+            exempt_users = ["pinproxy", "root"]
+            """)
+        XCTAssertEqual(config.proxy.transparentListen.map(\.description), ["127.0.0.1:3129", "[::1]:3130"])
+        XCTAssertEqual(config.capture.ports, [443, 8443])
+        XCTAssertTrue(config.capture.local)
+        XCTAssertFalse(config.capture.blockQUIC)
+        XCTAssertEqual(config.capture.exemptUsers, ["pinproxy", "root"])
+        XCTAssertTrue(config.capture.isWritten)
+    }
+
+    func testErrorsAreAtTheirLine() {
+        assertErrors("""
+            [proxy]
+            allow_ports = [443]
+            [capture]
+            ports = [443]
+            locall = true
+            """, [(5, #"unknown key capture.locall (did you mean "local"?)"#)])
+        assertErrors("""
+            [capture]
+            block_quic = "yes"
+            ports = [0]
+            exempt_users = ["pin proxy"]
+            """, [(2, "capture.block_quic must be true or false, not a string"),
+                  (3, "capture.ports must hold port numbers from 1 to 65535, and holds 0"),
+                  (4, #"capture.exempt_users: "pin proxy" is not a user name (letters, digits, "_", "-" and ".", not starting with "-")"#)])
+        assertErrors("""
+            [proxy]
+            transparent_listen = ["localhost:3129"]
+            """, [(2, #"proxy.transparent_listen: "localhost:3129" is not IP:PORT (for example "127.0.0.1:3128" or "[::1]:3128")"#)])
+        assertErrors("capture = 1\n", [(1, "capture must be a table, not an integer")])
+    }
+
+    func testWarningsOfAListenerWithoutCaptureAndTheOtherWayRound() {
+        assertWarnings("""
+            [proxy]
+            transparent_listen = ["127.0.0.1:3129"]
+            [capture]
+            ports = []
+            """, [(4, "proxy.transparent_listen is set, but capture.ports is empty: `pinproxy egress` redirects nothing to it")])
+        assertWarnings("""
+            [proxy]
+            allow_ports = [443]
+            [capture]
+            ports = [443]
+            """, [(3, "[capture] names ports, but proxy.transparent_listen is empty: `pinproxy egress apply` has no listener to redirect them to")])
+        assertWarnings("""
+            [proxy]
+            transparent_listen = ["127.0.0.1:3129", "[::1]:3129"]
+            [capture]
+            exempt_users = []
+            """, [(4, "capture.exempt_users is empty: under the egress lock pinproxy's own upstream connections are captured too, and refused (capture-loop)")])
+        assertWarnings("""
+            [proxy]
+            transparent_listen = ["127.0.0.1:3129", "[::1]:3129"]
+            """, [])
+    }
+
+    // MARK: The ruleset
+
+    static let users: [String: UInt32] = ["pinproxy": 998, "root": 0]
+
+    func ruleset(_ text: String) throws -> EgressRuleset {
+        let config = try pki.loadConfig(text)
+        return try EgressRuleset(capture: config.capture, transparentListen: config.proxy.transparentListen, uid: { Self.users[$0] })
+    }
+
+    func testRulesetForTheDefaults() throws {
+        let rules = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3130\"]\n")
+        let text = rules.text
+        XCTAssertTrue(text.hasPrefix("#!/usr/sbin/nft -f\n"), text)
+        // Created, deleted and defined in one transaction: applying twice leaves one table.
+        XCTAssertTrue(text.contains("\ntable inet pinproxy\ndelete table inet pinproxy\ntable inet pinproxy {\n"), text)
+        XCTAssertTrue(text.contains("\tcomment \"pinproxy egress lock \(rules.fingerprint)\"\n"), text)
+        XCTAssertTrue(text.contains("""
+            \tchain capture_tcp {
+            \t\ttype nat hook output priority -100; policy accept;
+            \t\tmeta skuid 998 return
+            \t\tfib daddr type local return
+            \t\tmeta nfproto ipv4 tcp dport 443 redirect to :3129
+            \t\tmeta nfproto ipv6 tcp dport 443 redirect to :3130
+            \t}
+            \tchain block_quic {
+            \t\ttype filter hook output priority 0; policy accept;
+            \t\tmeta skuid 998 return
+            \t\tfib daddr type local return
+            \t\tudp dport 443 reject
+            \t}
+            }
+
+            """), text)
+        XCTAssertEqual(rules.summary, "tcp 443 to 127.0.0.1:3129 and [::1]:3130; udp 443 rejected; this host's own addresses not captured; exempt: pinproxy (uid 998)")
+    }
+
+    func testRulesetWithLocalTwoUsersSeveralPortsAndNoQUICBlock() throws {
+        let rules = try ruleset("""
+            [proxy]
+            transparent_listen = ["[::1]:3129", "127.0.0.1:3129"]
+            [capture]
+            ports = [443, 8443]
+            local = true
+            block_quic = false
+            exempt_users = ["root", "pinproxy"]
+            """)
+        XCTAssertTrue(rules.text.contains("\t\tmeta skuid { 0, 998 } return\n\t\tmeta nfproto ipv4 tcp dport { 443, 8443 } redirect to :3129\n"), rules.text)
+        XCTAssertFalse(rules.text.contains("fib daddr"), rules.text)
+        XCTAssertFalse(rules.text.contains("block_quic"), rules.text)
+        XCTAssertFalse(rules.text.contains("udp dport"), rules.text)
+    }
+
+    func testNoExemptUserMeansNoExemption() throws {
+        let rules = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n[capture]\nexempt_users = []\n")
+        XCTAssertFalse(rules.text.contains("skuid"), rules.text)
+    }
+
+    func testRulesetProblems() throws {
+        XCTAssertThrowsError(try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\"]\n")) { error in
+            XCTAssertEqual("\(error)", #"proxy.transparent_listen has no "[::1]:PORT" (IPv6): the egress lock redirects each family to the transparent listener on its loopback address, and a family without one would go out uncaptured"#)
+        }
+        XCTAssertThrowsError(try ruleset("[proxy]\nlisten = [\"127.0.0.1:3128\"]\n")) { error in
+            XCTAssertTrue("\(error)".hasPrefix(#"proxy.transparent_listen has no "127.0.0.1:PORT" (IPv4) and no "[::1]:PORT" (IPv6)"#), "\(error)")
+        }
+        XCTAssertThrowsError(try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n[capture]\nexempt_users = [\"nobody-here\"]\n")) { error in
+            XCTAssertTrue("\(error)".hasPrefix(#"capture.exempt_users: there is no user "nobody-here""#), "\(error)")
+        }
+        XCTAssertThrowsError(try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n[capture]\nports = []\n")) { error in
+            XCTAssertEqual("\(error)", "capture.ports is empty: the egress lock would capture nothing")
+        }
+    }
+
+    func testFingerprintIsReadBackFromTheListing() throws {
+        let rules = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n")
+        let listing = "table inet pinproxy {\n\tcomment \"pinproxy egress lock \(rules.fingerprint)\"\n\tchain capture_tcp {\n\t}\n}\n"
+        XCTAssertEqual(EgressRuleset.fingerprint(inListing: listing), rules.fingerprint)
+        XCTAssertNil(EgressRuleset.fingerprint(inListing: "table inet pinproxy {\n}\n"))
+        let other = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n[capture]\nlocal = true\n")
+        XCTAssertNotEqual(other.fingerprint, rules.fingerprint)
+    }
+
+    // MARK: Helpers
+
+    func assertErrors(_ text: String, _ expected: [(Int, String)], file: StaticString = #filePath, line: UInt = #line) {
+        let got = pki.configErrors(text, file: file, line: line)
+        XCTAssertEqual(got.map(\.line), expected.map(\.0), "errors: \(got.map(\.description))", file: file, line: line)
+        XCTAssertEqual(got.map(\.message), expected.map(\.1), file: file, line: line)
+    }
+
+    func assertWarnings(_ text: String, _ expected: [(Int, String)], file: StaticString = #filePath, line: UInt = #line) {
+        let got = pki.configWarnings(text, file: file, line: line)
+        XCTAssertEqual(got.map(\.line), expected.map(\.0), "warnings: \(got.map(\.description))", file: file, line: line)
+        XCTAssertEqual(got.map(\.message), expected.map(\.1), file: file, line: line)
+    }
+}

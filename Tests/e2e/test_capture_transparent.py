@@ -1,0 +1,194 @@
+"""The transparent listener behind the egress lock (`pinproxy egress apply`), end to end.
+
+Each test runs in a fresh network namespace (capture_harness.py): the daemon as root (exempt),
+origins on loopback port 443, and real clients (curl, Node 20's fetch, Python) as user nobody
+with no proxy variable: they connect straight to the origin's address, and the lock sends them
+to pinproxy, which pins, refuses inside TLS, or relays.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from capture_harness import TRANSPARENT_PORT, capture, public_dir  # noqa: F401 (fixtures)
+from proxy_harness import PIN_X, PIN_Y, free_port, pinned_entry, poll
+
+ORIGIN_BODY = "hello from the pinproxy test origin\n"
+
+
+def pinned_hosts(pki, **more) -> dict:
+    """api.test pinned to its own key; www.api.test (same certificate) to a key it does not have."""
+    hosts = {"api.test": pinned_entry(pki, "api", "api-newkey"),
+             "www.api.test": {"trust": ["root-a.pem"], "pin": "public-key", "pins": [PIN_X, PIN_Y]}}
+    hosts.update(more)
+    return hosts
+
+
+def served(fetched, origin) -> None:
+    assert fetched.exit == 0 and fetched.status == 200, f"{fetched}"
+    assert fetched.body == ORIGIN_BODY, f"{fetched}"
+    assert origin.paths and origin.paths[-1] == "/small", f"the origin did not serve the request: {origin.paths}"
+
+
+def refused_in_tls(fetched, reason: str, host: str) -> None:
+    assert fetched.status == 403, f"{fetched}"
+    assert f"pinproxy refused {host}:443: {reason}" in fetched.body, f"{fetched}"
+    assert "pinproxy's egress lock sent this connection to it" in fetched.body, f"{fetched}"
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_pinned_host_is_served_and_a_wrong_pin_refused_inside_tls(capture, pki, family):
+    address = "127.0.0.1" if family == "ipv4" else "::1"
+    literal = address if family == "ipv4" else f"[{address}]"
+    origin = capture.origin("api", address=address)
+    metrics_port = free_port()
+    proxy = capture.proxy(hosts=pinned_hosts(pki), proxy={"metrics_listen": f"127.0.0.1:{metrics_port}"})
+    proxy.lock()
+    ca = capture.ca(proxy)
+
+    fetched = capture.curl("https://api.test/small", ca, f"api.test:443:{literal}")
+    served(fetched, origin)
+    allowed = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "api.test")
+    assert allowed.get("outcome") == "allowed" and allowed.get("listener") == "transparent", allowed.raw
+    assert allowed.get("entry") == 'hosts."api.test"' and allowed.get("port") == "443", allowed.raw
+    tunnel = proxy.wait_for_log(lambda l: l.get("event") == "tunnel-closed" and l.get("host") == "api.test")
+    assert tunnel.get("listener") == "transparent", tunnel.raw
+
+    seen = origin.connections
+    fetched = capture.curl("https://www.api.test/small", ca, f"www.api.test:443:{literal}")
+    refused_in_tls(fetched, "pin-mismatch", "www.api.test")
+    assert "Expected (hosts.\"www.api.test\", public-key pins, any one of):" in fetched.body, fetched.body
+    line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "www.api.test")
+    assert (line.get("outcome"), line.get("reason"), line.get("listener")) == ("refused", "pin-mismatch", "transparent"), line.raw
+    assert origin.paths.count("/small") == 1, f"a refused request reached the origin: {origin.paths}"
+    assert origin.connections == seen + 1, "the refused host's upstream was opened once, for the verdict"
+
+    metrics = proxy.metrics()
+    assert metrics.value("pinproxy_connections_total", outcome="allowed", reason="none", listener="transparent") == 1, metrics
+    assert metrics.value("pinproxy_connections_total", outcome="refused", reason="pin-mismatch", listener="transparent") == 1, metrics
+    assert metrics.value("pinproxy_connections_total", outcome="allowed", reason="none", listener="connect") == 0, metrics
+
+
+def test_the_same_daemon_still_serves_connect_clients(capture, pki):
+    origin = capture.origin("api")
+    proxy = capture.proxy(hosts=pinned_hosts(pki), resolve={"api.test": "127.0.0.1"})
+    proxy.lock()
+    ca = capture.ca(proxy)
+    # CONNECT to the proxy's own listen port (not a capture port): the CONNECT path, unchanged.
+    fetched = capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1", "-x", f"http://127.0.0.1:{proxy.port}")
+    served(fetched, origin)
+    line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "allowed")
+    assert line.get("listener") == "connect", line.raw
+
+
+def test_resolve_overrides_the_original_destination(capture, pki):
+    origin = capture.origin("api", address="127.0.0.1")
+    decoy = capture.origin("untrusted", address="127.0.0.2")
+    proxy = capture.proxy(hosts=pinned_hosts(pki), resolve={"api.test": "127.0.0.1"})
+    proxy.lock()
+    ca = capture.ca(proxy)
+    # The client's DNS says 127.0.0.2; [resolve] sends pinproxy to 127.0.0.1.
+    served(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.2"), origin)
+    assert decoy.connections == 0, "pinproxy connected to the client's address although [resolve] names the host"
+
+    # Without [resolve], the client's own address is the upstream: the decoy, refused.
+    proxy.stop()
+    plain = capture.proxy(hosts=pinned_hosts(pki))
+    fetched = capture.curl("https://api.test/small", capture.ca(plain), "api.test:443:127.0.0.2")
+    refused_in_tls(fetched, "untrusted-chain", "api.test")
+    assert decoy.connections == 1
+
+
+def test_node_fetch_is_pinned_and_refused_the_same_way(capture, pki):
+    origin = capture.origin("api")
+    proxy = capture.proxy(hosts=pinned_hosts(pki))
+    proxy.lock()
+    ca = capture.ca(proxy)
+    hosts = {"api.test": "127.0.0.1", "www.api.test": "127.0.0.1"}
+    fetched = capture.node_fetch("https://api.test/small", ca, hosts)
+    served(fetched, origin)
+    fetched = capture.node_fetch("https://www.api.test/small", ca, hosts)
+    refused_in_tls(fetched, "pin-mismatch", "www.api.test")
+    lines = proxy.decisions(listener="transparent")
+    assert [(l.get("host"), l.get("outcome")) for l in lines] == [("api.test", "allowed"), ("www.api.test", "refused")], lines
+
+
+def test_no_sni_is_refused_unless_an_entry_names_the_address(capture, pki):
+    origin = capture.origin("ip")
+    proxy = capture.proxy(hosts=pinned_hosts(pki))
+    proxy.lock()
+    ca = capture.ca(proxy)
+    # curl sends no SNI to an IP literal.
+    fetched = capture.curl("https://127.0.0.1/small", ca)
+    refused_in_tls(fetched, "no-sni", "127.0.0.1")
+    line = proxy.wait_for_log(lambda l: l.get("event") == "connection")
+    assert (line.get("reason"), line.get("host"), line.get("listener")) == ("no-sni", "127.0.0.1", "transparent"), line.raw
+    assert origin.connections == 0
+
+    proxy.stop()
+    served_proxy = capture.proxy(hosts=pinned_hosts(pki, **{"127.0.0.1": pinned_entry(pki, "ip", "api-newkey")}))
+    served(capture.curl("https://127.0.0.1/small", capture.ca(served_proxy)), origin)
+    assert origin.sni in ([], [None]), f"pinproxy sent SNI to an IP literal: {origin.sni}"
+
+
+def test_destination_checks_apply_as_for_connect(capture, pki):
+    capture.origin("api")
+    proxy = capture.proxy(hosts={"api.test": pinned_entry(pki, "api", "api-newkey", ports=[8443])},
+                          proxy={"block_private_destinations": True})
+    proxy.lock()
+    ca = capture.ca(proxy)
+    refused_in_tls(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1"), "port-denied", "api.test")
+    proxy.stop()
+    proxy = capture.proxy(hosts=pinned_hosts(pki), proxy={"block_private_destinations": True})
+    refused_in_tls(capture.curl("https://api.test/small", capture.ca(proxy), "api.test:443:127.0.0.1"), "destination-denied", "api.test")
+
+
+def test_own_connections_are_not_captured_with_the_exemption(capture, pki):
+    origin = capture.origin("api")
+    proxy = capture.proxy(hosts=pinned_hosts(pki))
+    proxy.lock()
+    ca = capture.ca(proxy)
+    for _ in range(3):
+        served(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1"), origin)
+    assert origin.connections == 3, "each client connection is one upstream connection"
+    assert not proxy.decisions(reason="capture-loop"), proxy.describe()
+
+
+def test_a_broken_exemption_is_a_capture_loop_once_and_no_storm(capture, pki):
+    origin = capture.origin("api")
+    metrics_port = free_port()
+    # The daemon runs as root, which is not exempt: its own upstream connections are captured.
+    proxy = capture.proxy(hosts=pinned_hosts(pki), capture={"local": True, "exempt_users": []},
+                          proxy={"metrics_listen": f"127.0.0.1:{metrics_port}"})
+    proxy.lock()
+    ca = capture.ca(proxy)
+    for _ in range(3):
+        refused_in_tls(capture.curl("https://api.test/small", ca, "api.test:443:127.0.0.1"), "capture-loop", "api.test")
+    proxy.assert_alive("after the capture loops")
+    assert origin.connections == 0
+    lines = proxy.decisions(reason="capture-loop")
+    assert len(lines) == 1, f"capture-loop is logged once per start: {[l.raw for l in lines]}"
+    mentions = [l.raw for l in proxy.logs() if l.get("event") != "config-warning" and ("capture-loop" in l.raw or "captured" in l.raw)]
+    assert len(mentions) == 1, f"a capture loop is one line, however many connections: {mentions}"
+    assert "captured by the egress lock" in lines[0].get("detail", ""), lines[0].raw
+    metrics = proxy.metrics()
+    assert metrics.value("pinproxy_connections_total", outcome="refused", reason="capture-loop", listener="transparent") == 3, metrics
+    # Nothing is left open: every looped connection was closed at its first turn.
+    poll(lambda: proxy.metrics().value("pinproxy_open_tunnels") == 0, what="no open tunnel")
+    assert proxy.alive()
+
+
+def test_a_direct_connection_to_the_listener_is_refused(capture, pki):
+    origin = capture.origin("api")
+    proxy = capture.proxy(hosts=pinned_hosts(pki))
+    proxy.lock()
+    ca = capture.ca(proxy)
+    for url in (f"https://127.0.0.1:{TRANSPARENT_PORT}/small", f"https://api.test:{TRANSPARENT_PORT}/small"):
+        fetched = capture.curl(url, ca, f"api.test:{TRANSPARENT_PORT}:127.0.0.1", "-k")
+        assert fetched.status == 403 and "capture-loop" in fetched.body, f"{fetched}"
+        assert "made straight to the transparent listener" in fetched.body, f"{fetched}"
+    assert origin.connections == 0
+    line = proxy.wait_for_log(lambda l: l.get("event") == "connection")
+    assert (line.get("reason"), line.get("listener")) == ("capture-loop", "transparent"), line.raw

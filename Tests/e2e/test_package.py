@@ -1,0 +1,245 @@
+"""The Debian package `scripts/package` builds: its control fields and contents (dpkg-deb), its
+maintainer scripts run against logging stubs of systemctl, deb-systemd-invoke,
+deb-systemd-helper, adduser, getent and nft (in a private mount namespace, with fresh tmpfs on
+/var/lib, /etc/systemd/system and /run), the binary extracted into a temporary root (it runs,
+checks the shipped config, and links no Swift library), and lintian.
+
+The package is a release build (minutes): it is built once per session, in scripts/package's
+own scratch path (.build-package, so a second run reuses it), or taken from PINPROXY_DEB.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from proxy_harness import REPO, TIMEOUT, clean_env
+
+if shutil.which("dpkg-deb") is None:
+    if os.environ.get("CI"):
+        pytest.fail("dpkg-deb is missing: scripts/setup --tests installs dpkg-dev", pytrace=False)
+    pytest.skip("no dpkg-deb here: the Debian package is not built (scripts/setup --tests installs dpkg-dev)",
+                allow_module_level=True)
+
+VERSION = re.search(r'public static let version = "([^"]+)"',
+                    (REPO / "Sources/PinproxyInterop/BuildInfo.swift").read_text()).group(1)
+UNITS = sorted(p.name for p in (REPO / "systemd").iterdir() if p.suffix in (".service", ".socket"))
+
+
+@pytest.fixture(scope="session")
+def deb(tmp_path_factory) -> Path:
+    given = os.environ.get("PINPROXY_DEB")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("package")
+    p = subprocess.run([str(REPO / "scripts/package"), str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=3600, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"scripts/package failed:\n{p.stderr[-4000:]}"
+    return Path(p.stdout.strip().splitlines()[-1])
+
+
+def dpkg_deb(*args) -> str:
+    return subprocess.run(["dpkg-deb", *map(str, args)], capture_output=True, text=True, check=True,
+                          timeout=TIMEOUT).stdout
+
+
+@pytest.fixture(scope="session")
+def extracted(deb, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("root")
+    dpkg_deb("-x", deb, root)
+    dpkg_deb("-e", deb, root / "DEBIAN")
+    return root
+
+
+def test_the_file_name_and_control_fields(deb):
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+    assert deb.name == f"pinproxy_{VERSION}-1_{arch}.deb", deb
+    field = {name: dpkg_deb("-f", deb, name).strip() for name in
+             ("Package", "Version", "Architecture", "Maintainer", "Depends", "Section", "Priority", "Description")}
+    assert field["Package"] == "pinproxy" and field["Version"] == f"{VERSION}-1" and field["Architecture"] == arch, field
+    assert field["Section"] == "net" and field["Priority"] == "optional" and field["Maintainer"], field
+    depends = [d.strip().split(" ")[0] for d in field["Depends"].split(",")]
+    for needed in ("libc6", "libssl3", "libevent-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7",
+                   "libstdc++6", "publicsuffix", "adduser"):
+        assert needed in depends, field["Depends"]
+    assert not [d for d in depends if "swift" in d], field["Depends"]
+    assert "neither enabled nor started" in field["Description"], field
+
+
+def test_the_contents(deb, extracted):
+    listed = {line.split()[-1].lstrip(".") for line in dpkg_deb("-c", deb).splitlines()}
+    files = {p for p in listed if not p.endswith("/")}
+    commands = sorted(p.name[len("pinproxy-"):-len(".1.gz")] for p in (extracted / "usr/share/man/man1").glob("pinproxy-*.1.gz"))
+    assert {"run", "check", "evaluate", "ca", "reload", "diagnose", "pin", "wait"} <= set(commands), commands
+    expected = {
+        "/usr/bin/pinproxy",
+        "/etc/pinproxy/pinproxy.toml",
+        "/usr/share/man/man1/pinproxy.1.gz",
+        "/usr/share/bash-completion/completions/pinproxy",
+        "/usr/share/zsh/vendor-completions/_pinproxy",
+        "/usr/share/fish/vendor_completions.d/pinproxy.fish",
+        "/usr/share/doc/pinproxy/copyright",
+        "/usr/share/doc/pinproxy/changelog.Debian.gz",
+        "/usr/share/doc/pinproxy/changelog.gz",
+        *(f"/lib/systemd/system/{unit}" for unit in UNITS),
+        *(f"/usr/share/man/man1/pinproxy-{command}.1.gz" for command in commands),
+    }
+    assert files == expected, (files - expected, expected - files)
+    assert (extracted / "DEBIAN/conffiles").read_text() == "/etc/pinproxy/pinproxy.toml\n"
+    assert (extracted / "etc/pinproxy/pinproxy.toml").read_text() == (REPO / "config/pinproxy.toml").read_text()
+    service = (extracted / "lib/systemd/system/pinproxy.service").read_text()
+    assert "ExecStart=/usr/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml" in service, service
+    assert "/usr/local" not in service and "# Installed by the pinproxy package into /lib/systemd/system/" in service, service
+    owners = {line.split()[1] for line in dpkg_deb("-c", deb).splitlines()}
+    assert owners == {"root/root"}, owners
+    for script in ("postinst", "prerm", "postrm"):
+        assert os.access(extracted / "DEBIAN" / script, os.X_OK), script
+
+
+def test_the_extracted_binary_runs_without_swift_libraries(extracted):
+    binary = extracted / "usr/bin/pinproxy"
+    ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(LD_LIBRARY_PATH=""))
+    assert ldd.returncode == 0, ldd
+    assert not re.search(r"swift|Foundation|dispatch|BlocksRuntime|icu|not found", ldd.stdout, re.I), ldd.stdout
+    for line in ldd.stdout.splitlines():  # each library from the system's own directories
+        target = line.split("=>")[-1].strip().split(" ")[0]
+        assert target.startswith(("/lib", "/usr/lib", "linux-vdso")) or line.strip().startswith("/lib"), line
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert re.fullmatch(rf"pinproxy {re.escape(VERSION)} \(commit [0-9a-f]{{7}}(-dirty)?, \d{{4}}-\d{{2}}-\d{{2}}\)\n", version.stdout), version
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0 and not os.environ.get("PINPROXY_DEB"):
+        assert f"(commit {head.stdout.strip()}" in version.stdout, version
+    check = subprocess.run([str(binary), "check", "--config", str(extracted / "etc/pinproxy/pinproxy.toml")],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+    assert check.returncode == 0 and check.stdout.startswith(f"{extracted}/etc/pinproxy/pinproxy.toml: ok"), check
+    page = subprocess.run(["man", "--warnings", "-l", str(extracted / "usr/share/man/man1/pinproxy-check.1.gz")],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(MANWIDTH="100"))
+    assert page.returncode == 0 and page.stderr == "" and "--config" in page.stdout, page
+
+
+def test_lintian_finds_no_error(deb):
+    if shutil.which("lintian") is None:
+        pytest.fail("lintian is missing: scripts/setup --tests installs it", pytrace=False)
+    r = subprocess.run(["lintian", "--no-cfg", "--fail-on", "error", str(deb)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and not re.search(r"^E: ", r.stdout, re.M), r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- maintainer scripts
+
+STUB = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$STUB_LOG"
+case "$(basename "$0") $*" in
+    "getent passwd pinproxy") [ -n "${STUB_USER_EXISTS:-}" ] || exit 2; echo "pinproxy:x:999:999::/var/lib/pinproxy:/usr/sbin/nologin" ;;
+    "nft list table inet pinproxy") [ -n "${STUB_NFT_TABLE:-}" ] || exit 1 ;;
+esac
+exit 0
+"""
+
+# In a private mount namespace: fresh tmpfs where the scripts write, systemd running (its
+# /run/systemd/system), then the script; afterwards, what is left in /var/lib and the unit dir.
+NAMESPACE = r"""
+set -e
+mount -t tmpfs tmpfs /var/lib
+mount -t tmpfs tmpfs /etc/systemd/system
+mount -t tmpfs tmpfs /run
+mkdir -p /run/systemd/system
+eval "$PP_PREPARE"
+status=0
+"$@" || status=$?
+echo "left: $(cd /var/lib && find . -mindepth 1 | sort | tr '\n' ' ')"
+exit $status
+"""
+
+
+@pytest.fixture
+def maintainer(extracted, tmp_path):
+    """run(SCRIPT, *ARGS, stubs=..., prepare=SHELL, **env) -> (exit, stub calls, stdout, stderr)."""
+    if shutil.which("unshare") is None or not Path("/etc/systemd/system").is_dir():
+        pytest.fail("needs unshare(1) and /etc/systemd/system (scripts/setup --tests installs systemd)", pytrace=False)
+
+    def run(script: str, *args: str, stubs=("systemctl", "deb-systemd-invoke", "deb-systemd-helper", "adduser",
+                                           "getent", "nft"), prepare: str = "", **env: str):
+        bin_dir = tmp_path / f"stubs-{script}-{len(list(tmp_path.iterdir()))}"
+        bin_dir.mkdir()
+        for name in stubs:
+            (bin_dir / name).write_text(STUB)
+            (bin_dir / name).chmod(0o755)
+        log = bin_dir / "calls.log"
+        log.write_text("")
+        p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "sh",
+                            str(extracted / "DEBIAN" / script), *args],
+                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), "PP_PREPARE": prepare, **env},
+                           capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        return p.returncode, log.read_text().splitlines(), p.stdout, p.stderr
+
+    return run
+
+
+def never_enables_or_starts(calls: list[str]) -> None:
+    for call in calls:
+        assert not re.search(r"\b(enable|start|restart|reload-or-restart)\b", call.replace("try-restart", "")), calls
+
+
+def test_postinst_on_install_makes_the_user_and_reloads_systemd_only(maintainer):
+    code, calls, _, err = maintainer("postinst", "configure", "")
+    assert code == 0, err
+    assert "getent passwd pinproxy" in calls, calls
+    adduser = [c for c in calls if c.startswith("adduser ")]
+    assert len(adduser) == 1 and "--system" in adduser[0] and adduser[0].endswith(" pinproxy"), calls
+    assert "systemctl --system daemon-reload" in calls, calls
+    never_enables_or_starts(calls)
+    assert not [c for c in calls if "restart" in c], calls
+    assert "shadows" not in err, err
+
+
+def test_postinst_on_upgrade_only_try_restarts(maintainer):
+    code, calls, _, err = maintainer("postinst", "configure", "0.1.0-1", STUB_USER_EXISTS="1")
+    assert code == 0, err
+    assert not [c for c in calls if c.startswith("adduser")], calls
+    assert calls[-2:] == ["systemctl --system daemon-reload", "deb-systemd-invoke try-restart pinproxy.service"], calls
+    never_enables_or_starts(calls)
+
+
+def test_postinst_warns_about_units_from_install_sh(maintainer):
+    code, _, _, err = maintainer("postinst", "configure", "", STUB_USER_EXISTS="1",
+                                 prepare="touch /etc/systemd/system/pinproxy.service")
+    assert code == 0, err
+    assert "/etc/systemd/system/pinproxy.service (from scripts/install.sh?) shadows /lib/systemd/system/pinproxy.service" in err, err
+    assert "pinproxy.socket" not in err, err
+
+
+def test_prerm_stops_the_egress_lock_then_the_daemon_and_nothing_on_upgrade(maintainer):
+    code, calls, _, err = maintainer("prerm", "remove")
+    assert code == 0, err
+    assert calls == ["deb-systemd-invoke stop pinproxy-egress.service",
+                     "deb-systemd-invoke stop pinproxy.service pinproxy.socket"], calls
+    code, calls, _, err = maintainer("prerm", "upgrade", "0.2.1-1")
+    assert code == 0 and calls == [], (calls, err)
+
+
+def test_postrm_deletes_a_left_egress_table(maintainer):
+    code, calls, _, err = maintainer("postrm", "remove", STUB_NFT_TABLE="1")
+    assert code == 0, err
+    assert calls[:2] == ["nft list table inet pinproxy", "nft delete table inet pinproxy"], calls
+    code, calls, _, err = maintainer("postrm", "remove")  # no table: nothing deleted
+    assert code == 0 and "nft delete table inet pinproxy" not in calls, (calls, err)
+    no_nft = ("systemctl", "deb-systemd-invoke", "deb-systemd-helper", "adduser", "getent")
+    code, calls, _, err = maintainer("postrm", "remove", stubs=no_nft)  # no nftables at all
+    assert code == 0 and calls == ["systemctl --system daemon-reload"], (calls, err)
+
+
+def test_postrm_purge_deletes_the_ca_and_says_clients_still_trust_it(maintainer):
+    prepare = "mkdir -p /var/lib/pinproxy && touch /var/lib/pinproxy/ca.key /var/lib/pinproxy/ca.pem"
+    code, calls, out, err = maintainer("postrm", "purge", prepare=prepare)
+    assert code == 0, err
+    assert "left: \n" in out, out  # nothing of pinproxy's left in /var/lib
+    assert "deleted the local CA in /var/lib/pinproxy" in err and "still do" in err, err
+    assert "deb-systemd-helper purge pinproxy.service pinproxy.socket pinproxy-egress.service" in calls, calls
+    code, _, out, err = maintainer("postrm", "remove", prepare=prepare)  # remove keeps the CA
+    assert code == 0 and "ca.key" in out and "deleted" not in err, (out, err)
