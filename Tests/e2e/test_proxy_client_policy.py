@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy_harness import PIN_X, PIN_Y, TIMEOUT, Proxy, clean_env, poll, proxy_factory
+from capture_harness import capture  # noqa: F401 (fixture; it uses this module's public_dir)
+from proxy_harness import PIN_X, PIN_Y, TIMEOUT, Proxy, clean_env, free_port, poll, proxy_factory
 from service_support import Metrics
 
 HERE = Path(__file__).resolve().parent
@@ -209,12 +210,6 @@ def make_proxy(pinproxy, pki, tmp_path, namespaces, origins, public_dir):
         next(factory)
     except StopIteration:
         pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------
@@ -556,3 +551,28 @@ def test_check_and_start_refuse_exe_sections_that_cannot_match_here(pinproxy, pu
     run = subprocess.run(["setpriv", "--bounding-set=-sys_ptrace", str(pinproxy), "run", "--config", str(config)],
                          capture_output=True, text=True, timeout=TIMEOUT, env=clean_env())
     assert run.returncode == 1 and "event=start-failed" in run.stderr and "CAP_SYS_PTRACE" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_the_transparent_listener_looks_clients_up_by_their_original_destination(capture, pki, family):
+    """Behind the egress lock the client's socket goes to the origin's address, not to the
+    listener: it is found by that 4-tuple (nobody reaches api.test, and is refused
+    www.api.test by its section, inside TLS); without the original destination it would be
+    unknown, and refused both."""
+    address = "127.0.0.1" if family == "ipv4" else "::1"
+    literal = address if family == "ipv4" else f"[{address}]"
+    capture.origin("api", address=address)
+    proxy = capture.proxy(start=False, hosts={"api.test": {"trust": ["root-a.pem"]}, "www.api.test": {"trust": ["root-a.pem"]}},
+                          proxy={"metrics_listen": f"127.0.0.1:{free_port()}"})
+    proxy.write_config(proxy.render() + f'\n[clients."uid:{NOBODY}"]\nallow = ["api.test"]\n')
+    proxy.start()
+    proxy.lock()
+    ca = capture.ca(proxy)
+    allowed = capture.curl("https://api.test/small", ca, f"api.test:443:{literal}")
+    assert allowed.exit == 0 and allowed.status == 200, f"{allowed}"
+    refused = capture.curl("https://www.api.test/small", ca, f"www.api.test:443:{literal}")
+    assert refused.status == 403 and "pinproxy refused www.api.test:443: client-denied" in refused.body, f"{refused}"
+    line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "www.api.test")
+    assert line.get("listener") == "transparent" and line.get("reason") == "client-denied", line.raw
+    assert line.get("client_uid") == str(NOBODY) and line.get("client_user") == "nobody", line.raw
+    assert proxy.metrics().value("pinproxy_client_lookups_total", result="found") == 2
