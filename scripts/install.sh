@@ -58,7 +58,16 @@ if [ -z "$destdir" ] && [ "$(id -u)" -ne 0 ]; then
 fi
 
 if $uninstall; then
+    # The egress lock goes first: without its daemon it would leave the host without HTTPS.
+    if [ -z "$destdir" ]; then
+        if command -v systemctl >/dev/null 2>&1; then systemctl stop pinproxy-egress.service 2>/dev/null || true; fi
+        if command -v nft >/dev/null 2>&1 && nft list table inet pinproxy >/dev/null 2>&1; then
+            echo "==> lifting the egress lock (nft delete table inet pinproxy)"
+            nft delete table inet pinproxy
+        fi
+    fi
     for file in "$destdir$prefix/bin/pinproxy" "$destdir$unitdir/pinproxy.service" "$destdir$unitdir/pinproxy.socket" \
+        "$destdir$unitdir/pinproxy-egress.service" \
         "$destdir$bashdir/pinproxy" "$destdir$zshdir/_pinproxy" "$destdir$fishdir/pinproxy.fish" \
         "$destdir$mandir"/pinproxy.1 "$destdir$mandir"/pinproxy-*.1; do
         if [ -e "$file" ]; then
@@ -71,7 +80,7 @@ if $uninstall; then
 Uninstalled. Kept: $confdir (your config) and the local CA in /var/lib/pinproxy
 (clients that trust it still do: remove it from them, e.g. from
 /usr/local/share/ca-certificates, then update-ca-certificates). If the service was
-enabled, run:  systemctl disable --now pinproxy.socket pinproxy.service; systemctl daemon-reload
+enabled, run:  systemctl disable --now pinproxy-egress.service pinproxy.socket pinproxy.service; systemctl daemon-reload
 EOF
     exit 0
 fi
