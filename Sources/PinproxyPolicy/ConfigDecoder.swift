@@ -13,14 +13,15 @@ import TOMLKit
 struct ConfigDecoder {
     private(set) var findings: [Finding] = []
 
-    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts"]
+    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts", "clients"]
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
                             "transparent_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
                             "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
                             "report_rate_limit", "report_file_max_bytes",
-                            "verify_command_timeout", "verify_command_cache", "verify_command_concurrency"]
+                            "verify_command_timeout", "verify_command_cache", "verify_command_concurrency",
+                            "client_identity_timeout", "report_client_identity"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
                              "require_web_pki_profile", "verify_command", "client_certificate", "client_key"]
@@ -170,6 +171,10 @@ struct ConfigDecoder {
                 if let count = integer(value, keyPath, in: 0...86_400) { proxy.verifyCommandCache = TimeInterval(count) }
             case "verify_command_concurrency":
                 if let count = integer(value, keyPath, in: 1...64) { proxy.verifyCommandConcurrency = count }
+            case "client_identity_timeout":
+                if let seconds = seconds(value, keyPath) { proxy.clientIdentityTimeout = seconds }
+            case "report_client_identity":
+                if let flag = bool(value, keyPath) { proxy.reportClientIdentity = flag }
             default:
                 unknownKey(keyPath, value, known: Self.proxyKeys)
             }

@@ -61,6 +61,10 @@ block_private_destinations = true
 # verify_command_concurrency = 4
 # verify_command_cache = 300
 
+# Whether pin-failure reports carry the client's identity (uid, user, unit, program): off by
+# default, since user names and paths would go to the collector.
+# report_client_identity = false
+
 # Event loops; default one per core.
 # workers = 2
 
@@ -74,6 +78,7 @@ block_private_destinations = true
 # admin_timeout = 10         # each metrics_listen request in total, from accept to the answer
 # max_connections = 10000    # open client connections at most (default: what the open-file limit allows)
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
+# client_identity_timeout = 2  # with [clients]: the user's name, unit and program, looked up off the loop
 
 # The egress lock's listener (docs/deployment.md): clients that `pinproxy egress apply`
 # redirects arrive here without CONNECT; the host comes from their SNI. One 127.0.0.1 and
@@ -172,6 +177,26 @@ trust = "system"
 #
 # [hosts."tracker.example.com"]
 # action = "deny"
+
+# [clients."SELECTOR"]
+# Which local clients may reach which hosts: the kernel says who owns each client's socket.
+# Selectors: uid:N, user:NAME (looked up when the config loads), exe:/absolute/path (the
+# program: an identification, not a confinement), unit:NAME.service (system units only),
+# unknown (a local socket that was not found), remote (a peer that is not this host).
+# Every matching section applies: a host must be in each one's allow (no allow: no limit) and
+# in no one's deny. Once any section exists, unknown clients are refused unless
+# [clients."unknown"] says otherwise; remote clients are limited only by [clients."remote"].
+# Refusals say client-denied (403); enforce = false makes a section's refusals report-only.
+#
+# [clients."unit:backup.service"]
+# allow = ["backup.example.com", "*.s3.amazonaws.com"]
+#
+# [clients."user:www-data"]
+# allow = []                      # nothing
+#
+# [clients."exe:/usr/bin/git"]
+# allow = ["git.example.com"]
+# enforce = false                 # report-only while rolling out
 
 """#
 }

@@ -2,6 +2,9 @@
 /// see in the log, and the metrics carry as their `reason` label. The verdict function decides the certificate and policy
 /// reasons; the proxy decides the request, destination and upstream ones.
 public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
+    // Decided by `[clients]` (`ClientPolicy`) before the entry is consulted; report-only under
+    // the section's own `enforce = false`.
+    case clientDenied = "client-denied"
     // Decided by the verdict, in priority order for chain, host and pin checks.
     case hostDenied = "host-denied"
     case portDenied = "port-denied"
@@ -46,6 +49,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     public var traits: RefusalTraits {
         switch self {
         //                                        status report policy cert  Proxy-Status error
+        // client-denied: report-only under its [clients] section's own enforce, not the entry's.
+        case .clientDenied:            return row(403, false, false, false, .httpRequestDenied)
         case .hostDenied:              return row(403, true,  true,  false, .httpRequestDenied)
         case .portDenied:              return row(403, true,  true,  false, .httpRequestDenied)
         case .untrustedChain:          return row(403, false, true,  true,  .tlsCertificateError)

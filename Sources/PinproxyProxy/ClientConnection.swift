@@ -6,7 +6,8 @@ import PinproxyService
 
 typealias LoopTimer = PinproxyInterop.Timer
 
-/// One client connection through its whole life: parse CONNECT → look up policy → resolve →
+/// One client connection through its whole life: parse CONNECT → identify the client (with
+/// `[clients]`) → look up policy → resolve →
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
 /// offer: connect → upstream TLS → evaluate again) → relay; for a `mode = "tunnel"` entry,
@@ -29,6 +30,10 @@ final class ClientConnection {
         /// Transparent listener: reading the client's ClientHello (kept buffered), within
         /// `request_timeout`; the addresses say where the client was going.
         case readingTransparentHello(ConnectionAddresses, ClientHelloReader, timer: LoopTimer)
+        /// With `[clients]`: the owner of the client's socket is known, and what can block
+        /// (its user's name, unit, program) is looked up off the loop, within
+        /// `client_identity_timeout`; the request waits with it.
+        case identifying(ClientRequest, PendingIdentity, timer: LoopTimer)
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, DNSRequest, timer: LoopTimer)
         /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
@@ -70,6 +75,7 @@ final class ClientConnection {
             switch self {
             case .readingRequest: "reading-request"
             case .readingTransparentHello: "reading-transparent-hello"
+            case .identifying: "identifying"
             case .resolving: "resolving"
             case .bindingTunnel: "binding-tunnel"
             case .connecting(_, _, .first): "connecting"
@@ -98,7 +104,7 @@ final class ClientConnection {
             switch self {
             case .resolving(_, let request, _), .bindingTunnel(_, _, _, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .readingTransparentHello, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+            case .readingRequest, .readingTransparentHello, .identifying, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
                  .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
             }
         }
@@ -111,13 +117,18 @@ final class ClientConnection {
         var headerLines = 0
     }
 
-    /// What the CONNECT asked for, and the policy entry it falls under.
+    /// What a complete CONNECT request asks for.
+    typealias RequestTarget = (host: TargetHost, port: UInt16)
+
+    /// What the CONNECT asked for, the policy entry it falls under, and what `[clients]`
+    /// decided for its client.
     struct Destination: CustomStringConvertible {
         let host: TargetHost
         let port: UInt16
         let entry: PolicyEntry
         /// What the verdict reads besides `entry`, from the same config generation.
         let context: VerdictContext
+        let client: ClientDecision
 
         var description: String { "\(host):\(port)" }
     }
@@ -196,6 +207,9 @@ final class ClientConnection {
     let client: SocketAddress?
     /// The listener the client arrived on.
     let listener: ListenerKind
+    /// Where the client's socket is connected to on the CONNECT listener (this end of the
+    /// connection); read only when the config has `[clients]`.
+    let ourEnd: SocketAddress?
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
@@ -216,6 +230,7 @@ final class ClientConnection {
         self.client = client
         self.listener = listener
         self.config = config
+        ourEnd = config.clients.isEmpty || listener == .transparent ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
         self.clientSide = try BufferEvent(loop: worker.loop, socket: socket)
     }
@@ -251,7 +266,7 @@ final class ClientConnection {
             readRequest()
         case .readingTransparentHello:
             continueTransparentHello()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
             if clientSide.inputLength > Self.maxEarlyBytes {
@@ -285,7 +300,7 @@ final class ClientConnection {
         case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
              .checkingCommand(_, _, _, _, .reopen), .readingTunnelHello:
             break  // the 200 has gone out
-        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
              .checkingCommand(_, _, _, _, .transparent), .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a write completion on the plain client socket")
@@ -297,7 +312,7 @@ final class ClientConnection {
         case .readingRequest, .readingTransparentHello, .refusing:
             // Gone before its request (or ClientHello) was complete, or after its refusal: nothing to abandon.
             close()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
              .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
              .readingTunnelHello, .bindingTunnel:
             clientLeft(events)
@@ -322,6 +337,8 @@ final class ClientConnection {
         let how = events.contains(.error) ? "reset" : "closed"
         let abandoned: String
         switch state {
+        case .identifying(let request, _, _):
+            abandoned = "while it was being identified for \(request.host):\(request.port)"
         case .resolving(let destination, _, _):
             abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
         case .connecting(let destination, let attempt, .first), .connecting(let destination, let attempt, .transparent):
@@ -339,7 +356,8 @@ final class ClientConnection {
             return unexpected("the client leaving")
         }
         logDecision(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener)
+        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener,
+                                         client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
         close()
     }
 
@@ -383,8 +401,8 @@ final class ClientConnection {
             relay.close()
             let destination = tunnel.destination
             worker.shared.tunnelClosed()
-            worker.shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
+            worker.shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
+                (.listener, listener.rawValue), (.host, destination.host.description),
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
@@ -400,7 +418,7 @@ final class ClientConnection {
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
             ])
-        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .closed:
             break
         }
         worker.remove(self)
@@ -416,6 +434,8 @@ final class ClientConnection {
         case .readingTransparentHello(let addresses, _, _):
             guard case .success(let original) = addresses.original else { return nil }
             return (.ip(original.address), original.port, nil)
+        case .identifying(let request, _, _):
+            return (request.host, request.port, nil)
         case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
              .upstreamHandshake(let destination, _, _, _),
              .checkingCommand(let destination, _, _, _, _):
@@ -429,6 +449,31 @@ final class ClientConnection {
         case .refusing, .closed:
             return nil
         }
+    }
+
+    /// What `[clients]` decided, once the state has a destination.
+    var clientDecision: ClientDecision? {
+        switch state {
+        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
+             .upstreamHandshake(let destination, _, _, _), .checkingCommand(let destination, _, _, _, _):
+            return destination.client
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
+            return tunnel.destination.client
+        case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
+            return passage.destination.client
+        case .readingRequest, .readingTransparentHello, .identifying, .refusing, .refusingInTLS, .closed:
+            return nil
+        }
+    }
+
+    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known.
+    static func identityFields(_ identity: ClientIdentity?) -> [(AccessLog.Field, String)] {
+        guard case .local(let client) = identity else { return [] }
+        var fields: [(AccessLog.Field, String)] = [(.clientUID, String(client.uid))]
+        if let user = client.user { fields.append((.clientUser, user)) }
+        if let unit = client.unit { fields.append((.clientUnit, unit)) }
+        if let exe = client.exe { fields.append((.clientExe, exe)) }
+        return fields
     }
 
     /// A line about this connection that is not its decision.

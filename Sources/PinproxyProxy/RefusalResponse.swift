@@ -197,6 +197,8 @@ extension RefusalResponse {
             return "the server does not offer the entry's min_tls: see min_tls in \(entry) of \(config)."
         case .hostDenied:
             return "add a [hosts.\"\(host)\"] entry to \(config) (or change its deny); \(apply)"
+        case .clientDenied:
+            return "a [clients] section of \(config) (named above) does not let this client reach \(host): add it to that section's allow, or take it out of its deny; \(apply)"
         case .portDenied:
             return "add \(page.port) to ports in \(entry), or to allow_ports in [proxy], of \(config); \(apply)"
         case .destinationDenied:

@@ -54,7 +54,7 @@ extension ClientConnection {
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
             close()
-        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream event (\(events.rawValue))")
         }
     }
@@ -76,7 +76,7 @@ extension ClientConnection {
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
             tunnel.closeReason = "upstream renegotiation refused"
             close()
-        case .readingRequest, .readingTransparentHello, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream renegotiation request")
         }
     }

@@ -20,6 +20,13 @@ struct CheckCommand: ParsableCommand {
         let config = try options.loadOrExit { [options] error in
             "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
+        let environment = ClientIdentityEnvironment.problems(in: config)
+        let environmentErrors = environment.filter { $0.severity == .error }
+        if !environmentErrors.isEmpty {
+            for error in environmentErrors { printError(error.description) }
+            printError("\(config.path): \(environmentErrors.count) error(s); the config is rejected")
+            throw ExitCode(1)
+        }
         let entries = config.policies.entries
         // Counted in one pass, without copying 100,000 entries into new arrays.
         var pinned = 0, pins = 0, denied = 0, insecure = 0, reportOnly = 0, tunnels = 0
@@ -47,7 +54,10 @@ struct CheckCommand: ParsableCommand {
             print("  \(pattern.padding(toLength: max(pattern.count, 32), withPad: " ", startingAt: 0)) \(Self.describe(entry.policy))")
         }
         if entries.count > Self.listedEntries { print("  ... and \(entries.count - Self.listedEntries) more") }
-        let warnings = config.warnings.map(\.description) + Self.privateResolveWarnings(config)
+        if !config.clients.isEmpty {
+            print("clients: \(config.clients.sections.count) section(s): \(config.clients.sections.map(\.key).joined(separator: ", "))")
+        }
+        let warnings = config.warnings.map(\.description) + environment.map(\.description) + Self.privateResolveWarnings(config)
         print("warnings: \(warnings.count)")
         for warning in warnings { print(warning) }
         // The process ends here: skip freeing a table that may hold 100,000 entries.

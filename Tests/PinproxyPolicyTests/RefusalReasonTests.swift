@@ -6,6 +6,7 @@ import XCTest
 final class RefusalReasonTests: XCTestCase {
     /// reason: HTTP status, may be report-only, policy decision, certificate reason, Proxy-Status error.
     static let expected: [(RefusalReason, Int, Bool, Bool, Bool, String)] = [
+        (.clientDenied, 403, false, false, false, "http_request_denied"),
         (.hostDenied, 403, true, true, false, "http_request_denied"),
         (.portDenied, 403, true, true, false, "http_request_denied"),
         (.untrustedChain, 403, false, true, true, "tls_certificate_error"),

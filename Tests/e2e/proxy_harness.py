@@ -70,6 +70,7 @@ STATUS = {
         for r in (
             "host-denied",
             "port-denied",
+            "client-denied",
             "destination-denied",
             "destination-mismatch",
             "cleartext-denied",
