@@ -24,7 +24,7 @@ public struct AccessLog: Sendable {
         /// text; the certificate fields are arrays).
         var jsonType: JSONType {
             switch self {
-            case .port, .status, .bytesUp, .bytesDown, .entries: return .integer
+            case .port, .status, .bytesUp, .bytesDown, .entries, .clientUID: return .integer
             case .duration: return .number
             default: return .string
             }

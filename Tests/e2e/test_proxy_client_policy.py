@@ -322,8 +322,8 @@ def test_deny_wins_and_report_only_sections(make_proxy, origins, test_user):
     line = decision(p, mark, "other.test", outcome="report-only")
     assert line.get("reason") == "client-denied" and line.get("client_uid") == str(NOBODY), line.raw
     m = p.metrics()
-    assert m.value("pinproxy_connections_total", outcome="would_refuse", reason="client-denied", client=f"uid:{NOBODY}") == 1, m
-    assert m.value("pinproxy_refusals_total", host_pattern="[default]", reason="client-denied", mode="report_only",
+    assert m.value("pinproxy_connections_total", outcome="report-only", reason="client-denied", client=f"uid:{NOBODY}") == 1, m
+    assert m.value("pinproxy_refusals_total", host_pattern="[default]", reason="client-denied", mode="report-only",
                    client=f"uid:{NOBODY}") == 1, m
 
 

@@ -30,6 +30,7 @@ from proxy_harness import (
     PIN_X,
     PIN_Y,
     TIMEOUT,
+    check_proxy_status,
     clean_env,
     connect,
     curl,  # noqa: F401 (fixture)
@@ -75,6 +76,9 @@ def test_curl_http2_gets_the_page_over_h2(proxy, origins, curl):
     assert codes == ["403", "200", "2"], (codes, p.stderr)
     assert "ALPN: server accepted h2" in p.stderr, p.stderr
     assert "pinproxy-refusal: pin-mismatch" in p.stderr, p.stderr
+    status = [l.split(":", 1)[1].strip() for l in p.stderr.splitlines() if l.lower().startswith("< proxy-status:")]
+    assert len(status) == 1, p.stderr
+    check_proxy_status(status[0], "pin-mismatch")
     assert f"pinproxy refused {API}:{origins.api.port}: pin-mismatch" in body, body
     assert PIN_X in body and "To change the policy" in body, body
     assert not [path for path in origins.api.paths if path.startswith("/h2")], "the refused origin received the request"
@@ -197,6 +201,7 @@ def test_grpc_trailers_only_response_on_the_wire(proxy, origins):
     headers = dict(responses[0].headers)
     assert headers[":status"] == "200" and headers["content-type"] == "application/grpc", headers
     assert headers["grpc-status"] == "7" and headers["pinproxy-refusal"] == "pin-mismatch", headers
+    check_proxy_status(headers["proxy-status"], "pin-mismatch")
     message = headers["grpc-message"]
     assert all(0x20 <= ord(ch) <= 0x7E for ch in message), message
     assert urllib.parse.unquote(message).startswith(f"pinproxy refused {API}:{origins.api.port}: pin-mismatch ("), message
