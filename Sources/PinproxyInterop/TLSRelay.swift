@@ -47,9 +47,13 @@ public final class TLSEndpoint {
 /// Each read takes what the SSL decrypts (OpenSSL reads ahead: one `read` brings several
 /// records) into the loop's scratch buffer and writes it to the other SSL at once; nothing is
 /// copied or kept unless the other side cannot take it. Then the rest waits in the direction's
-/// `pending` bytes (at most one read's worth), the source stops reading, and the sink waits to
-/// be writable. An idle tunnel holds no buffer: read events stay registered, the SSLs release
-/// theirs (`SSL_MODE_RELEASE_BUFFERS`), and nothing else is allocated.
+/// state (`RelayFlow.waitingToWrite`, at most one read's worth), the source stops reading, and
+/// the sink waits to be writable. An idle tunnel holds no buffer: read events stay registered,
+/// the SSLs release theirs (`SSL_MODE_RELEASE_BUFFERS`), and nothing else is allocated.
+///
+/// Each direction's state is a `RelayFlow`: every event goes through its one transition
+/// function, the relay does the I/O it answers with, and the libevent events registered at the
+/// end of each callback are the ones the two states ask for.
 ///
 /// The owner hears what happens through `onEvent` and decides what it means (half-close,
 /// close); `close` frees everything once.
@@ -101,8 +105,10 @@ public final class TLSRelay {
         let socket: Int32
         let ssl: OpaquePointer
         let holdsSessionSlot: Bool
-        var read = RegisteredEvent()
-        var write = RegisteredEvent()
+        // Only the relay's own callbacks on the loop's thread touch these, and no access
+        // overlaps another: no run-time exclusivity checks on the hot path.
+        @exclusivity(unchecked) var read = RegisteredEvent()
+        @exclusivity(unchecked) var write = RegisteredEvent()
         /// Encrypted bytes that must reach the socket before anything the SSL writes.
         var rawOutput: [UInt8]
         var rawOutputOffset = 0
@@ -118,8 +124,9 @@ public final class TLSRelay {
     private let loop: EventLoop
     private let client: Side
     private let upstream: Side
-    /// Each direction's state (`RelayFlow`), up then down.
-    private var flows: [RelayFlow]
+    /// Each direction's state (`RelayFlow`), up then down. Its transition function calls
+    /// nothing back, so no access overlaps another: no run-time exclusivity checks.
+    @exclusivity(unchecked) private var flows: [RelayFlow]
     /// The most plaintext one direction reads before its sink has taken it.
     private let readLimit: Int
     /// Set by the upstream's message callback when a HelloRequest arrives.
