@@ -353,7 +353,9 @@ public final class TLSRelay {
             }
         }
         guard reportRelayed(relayed, in: direction) else { return }
-        // This pass's share is used: the rest on the loop's next pass.
+        // This pass's share is used: the rest on the loop's next pass. The read event is
+        // registered first (libevent does not register an event that is already active).
+        source.read.set(true)
         if let event = source.read.event { event_active(event, EV_READ, 0) }
     }
 
