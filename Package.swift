@@ -102,6 +102,10 @@ let package = Package(
             name: "PinproxyProxyTests",
             dependencies: ["PinproxyProxy"]
         ),
+        .testTarget(
+            name: "PinproxyInteropTests",
+            dependencies: ["PinproxyInterop"]
+        ),
     ]
 )
 

@@ -47,9 +47,13 @@ public final class TLSEndpoint {
 /// Each read takes what the SSL decrypts (OpenSSL reads ahead: one `read` brings several
 /// records) into the loop's scratch buffer and writes it to the other SSL at once; nothing is
 /// copied or kept unless the other side cannot take it. Then the rest waits in the direction's
-/// `pending` bytes (at most one read's worth), the source stops reading, and the sink waits to
-/// be writable. An idle tunnel holds no buffer: read events stay registered, the SSLs release
-/// theirs (`SSL_MODE_RELEASE_BUFFERS`), and nothing else is allocated.
+/// state (`RelayFlow.waitingToWrite`, at most one read's worth), the source stops reading, and
+/// the sink waits to be writable. An idle tunnel holds no buffer: read events stay registered,
+/// the SSLs release theirs (`SSL_MODE_RELEASE_BUFFERS`), and nothing else is allocated.
+///
+/// Each direction's state is a `RelayFlow`: every event goes through its one transition
+/// function, the relay does the I/O it answers with, and the libevent events registered at the
+/// end of each callback are the ones the two states ask for.
 ///
 /// The owner hears what happens through `onEvent` and decides what it means (half-close,
 /// close); `close` frees everything once.
@@ -78,26 +82,36 @@ public final class TLSRelay {
         case renegotiationAttempted
     }
 
+    /// A libevent event of the relay and whether it is registered.
+    private struct RegisteredEvent {
+        var event: OpaquePointer?
+        private(set) var isAdded = false
+
+        mutating func set(_ added: Bool) {
+            guard added != isAdded, let event else { return }
+            isAdded = added
+            if added { event_add(event, nil) } else { event_del(event) }
+        }
+
+        mutating func free() {
+            if let event { event_free(event) }
+            event = nil
+            isAdded = false
+        }
+    }
+
     /// One TLS connection of the tunnel.
     private final class Side {
         let socket: Int32
         let ssl: OpaquePointer
         let holdsSessionSlot: Bool
-        var readEvent: OpaquePointer?
-        var writeEvent: OpaquePointer?
-        var isReading = false
-        var isWaitingToWrite = false
+        // Only the relay's own callbacks on the loop's thread touch these, and no access
+        // overlaps another: no run-time exclusivity checks on the hot path.
+        @exclusivity(unchecked) var read = RegisteredEvent()
+        @exclusivity(unchecked) var write = RegisteredEvent()
         /// Encrypted bytes that must reach the socket before anything the SSL writes.
         var rawOutput: [UInt8]
         var rawOutputOffset = 0
-        /// While the SSL reads encrypted bytes that were buffered before the relay (from a memory
-        /// BIO, which the socket's BIO replaces once they are used up).
-        var readsBufferedInput = false
-        /// The SSL asked to write while reading (a TLS 1.3 KeyUpdate answer).
-        var readWaitsForWrite = false
-        /// close_notify is queued and waits for the socket.
-        var closeNotifyPending = false
-        var closeNotifySent = false
 
         init(_ endpoint: TLSEndpoint) {
             socket = endpoint.socket
@@ -107,24 +121,19 @@ public final class TLSRelay {
         }
     }
 
-    /// Application data of one direction that its sink could not take yet.
-    private struct Flow {
-        var pending: [UInt8] = []
-        var offset = 0
-        var ended = false
-
-        var hasPending: Bool { offset < pending.count }
-    }
-
     private let loop: EventLoop
     private let client: Side
     private let upstream: Side
-    private var flows = [Flow(), Flow()]
+    /// Each direction's state (`RelayFlow`), up then down. Its transition function calls
+    /// nothing back, so no access overlaps another: no run-time exclusivity checks.
+    @exclusivity(unchecked) private var flows: [RelayFlow]
     /// The most plaintext one direction reads before its sink has taken it.
     private let readLimit: Int
+    /// Set by the upstream's message callback when a HelloRequest arrives.
     private var renegotiationRequested = false
-    private var renegotiationReported = false
-    public private(set) var isClosed = false
+    public var isClosed: Bool {
+        if case .closed = flows[0].state { true } else { false }
+    }
     public var onEvent: ((Event) -> Void)?
 
     /// The most records one direction relays in one pass before the loop serves others.
@@ -141,8 +150,7 @@ public final class TLSRelay {
         self.client = Side(client)
         self.upstream = Side(upstream)
         self.readLimit = max(1, min(readLimit, EventLoop.relayScratchBytes))
-        flows[index(.up)].pending = client.plaintext
-        flows[index(.down)].pending = upstream.plaintext
+        flows = [client, upstream].map { RelayFlow(buffered: $0.plaintext, input: $0.encryptedInput.isEmpty ? .socket : .buffered) }
         client.handOver()
         upstream.handOver()
         for (side, endpoint) in [(self.client, client), (self.upstream, upstream)] {
@@ -160,24 +168,23 @@ public final class TLSRelay {
                 _ = endpoint.encryptedInput.withUnsafeBytes { BIO_write(memory, $0.baseAddress, Int32($0.count)) }
                 _ = BIO_ctrl(memory, BIO_C_SET_BUF_MEM_EOF_RETURN, -1, nil)  // once empty: "retry", not EOF
                 SSL_set_bio(ssl, memory, socketBIO)
-                side.readsBufferedInput = true
             }
         }
         let context = Unmanaged.passUnretained(self).toOpaque()
         // C callbacks capture nothing: each event has its own, which names its side.
-        self.client.readEvent = event_new(loop.base, self.client.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
+        self.client.read.event = event_new(loop.base, self.client.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
             guard let context else { return }
             Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().readable(.up)
         }, context)
-        self.upstream.readEvent = event_new(loop.base, self.upstream.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
+        self.upstream.read.event = event_new(loop.base, self.upstream.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
             guard let context else { return }
             Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().readable(.down)
         }, context)
-        self.client.writeEvent = event_new(loop.base, self.client.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
+        self.client.write.event = event_new(loop.base, self.client.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
             guard let context else { return }
             Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().writable(sinkOf: .down)
         }, context)
-        self.upstream.writeEvent = event_new(loop.base, self.upstream.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
+        self.upstream.write.event = event_new(loop.base, self.upstream.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
             guard let context else { return }
             Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().writable(sinkOf: .up)
         }, context)
@@ -195,17 +202,10 @@ public final class TLSRelay {
     public func start() {
         _ = flushRawOutput(client)
         for direction in [Direction.up, .down] {
-            if flows[index(direction)].hasPending {
-                let count = flows[index(direction)].pending.count
-                report(.relayed(direction, bytes: count))
-                guard !isClosed else { return }
-                flushPending(direction)
-            } else {
-                setReading(source(of: direction), true)
-                pump(direction)
-            }
+            perform(transition(direction, .start), in: direction)
             guard !isClosed else { return }
         }
+        registerEvents()
     }
 
     deinit {
@@ -218,12 +218,14 @@ public final class TLSRelay {
     private func readable(_ direction: Direction) {
         clearStaleErrors()
         pump(direction)
+        registerEvents()
     }
 
     /// The sink of `direction` can take bytes again: what waited for it goes out, in order —
     /// bytes from before the relay, a close_notify, a read that needed to write, pending data.
     private func writable(sinkOf direction: Direction) {
         clearStaleErrors()
+        defer { registerEvents() }
         let side = sink(of: direction)
         let hadRawOutput = !side.rawOutput.isEmpty
         guard flushRawOutput(side) else { return }
@@ -232,28 +234,75 @@ public final class TLSRelay {
             pump(direction.other)
             guard !isClosed else { return }
         }
-        if side.closeNotifyPending {
-            sendCloseNotify(side)
-            guard !side.closeNotifyPending else { return }
+        if case .ended(.queued) = flows[index(direction)].state {
+            perform(transition(direction, .sinkWritable), in: direction)
+            if case .ended(.queued) = flows[index(direction)].state { return }
         }
-        if side.readWaitsForWrite {
-            side.readWaitsForWrite = false
-            let sourced = direction.other
-            if !flows[index(sourced)].ended && !flows[index(sourced)].hasPending { setReading(side, true) }
-            pump(sourced)
-            guard !isClosed else { return }
-        }
-        if flows[index(direction)].hasPending {
-            flushPending(direction)
-        } else if !side.readWaitsForWrite && !side.closeNotifyPending {
-            setWaitingToWrite(side, false)
-        }
+        perform(transition(direction.other, .sourceWritable), in: direction.other)
+        guard !isClosed else { return }
+        perform(transition(direction, .sinkWritable), in: direction)
     }
 
     /// The thread's OpenSSL error queue must be empty before an SSL call for SSL_get_error to
     /// be right; pinproxy drains it after every failure, so this rarely has anything to do.
     private func clearStaleErrors() {
         if ERR_peek_error() != 0 { ERR_clear_error() }
+    }
+
+    // MARK: The state machine
+
+    /// Feeds an event to the direction's state.
+    private func transition(_ direction: Direction, _ event: RelayFlow.Event) -> RelayFlow.Action {
+        flows[index(direction)].handle(event)
+    }
+
+    /// Does what the direction's state answered.
+    private func perform(_ action: RelayFlow.Action, in direction: Direction) {
+        switch action {
+        case .none:
+            break
+        case .deliverBuffered(let bytes):
+            deliverBuffered(bytes, in: direction)
+        case .read:
+            pump(direction)
+        case .writePending:
+            writePending(direction)
+        case .readFromSocket:
+            // The bytes buffered before the relay are used up (a partial record stays in the
+            // SSL): the socket from now on. SSL_set0_rbio frees the memory BIO.
+            let source = source(of: direction)
+            SSL_set0_rbio(source.ssl, BIO_new_socket(source.socket, BIO_NOCLOSE))
+            pump(direction)
+        case .releaseReadBuffer:
+            // An idle connection holds no read buffer (OpenSSL keeps the one it allocated for a
+            // read that found nothing).
+            SSL_free_buffers(source(of: direction).ssl)
+        case .reportEnded:
+            report(.ended(direction))
+        case .reportSinkFailed:
+            report(.writeFailed(direction))
+        case .reportRenegotiation:
+            report(.renegotiationAttempted)
+        case .sendCloseNotify:
+            sendCloseNotify(direction)
+        }
+    }
+
+    /// Registers the libevent events the states ask for (and only those): a source is read while
+    /// its direction reads; a socket is waited on while bytes from before the relay, pending
+    /// bytes, a close_notify or a read that must write wait for it.
+    private func registerEvents() {
+        guard !isClosed else { return }
+        let up = index(.up), down = index(.down)
+        client.read.set(flows[up].readsSource)
+        upstream.read.set(flows[down].readsSource)
+        client.write.set(flows[down].needsSinkWritable || flows[up].needsSourceWritable || waitsToSendRawOutput(client))
+        upstream.write.set(flows[up].needsSinkWritable || flows[down].needsSourceWritable || waitsToSendRawOutput(upstream))
+    }
+
+    /// Whether the side's bytes from before the relay wait for its socket (found full).
+    private func waitsToSendRawOutput(_ side: Side) -> Bool {
+        !side.rawOutput.isEmpty && side.write.isAdded
     }
 
     // MARK: Moving bytes
@@ -263,8 +312,8 @@ public final class TLSRelay {
     /// reported once, before anything else it reports.
     private func pump(_ direction: Direction) {
         let source = source(of: direction)
-        guard !isClosed, !flows[index(direction)].ended, !flows[index(direction)].hasPending, source.isReading,
-              !source.readWaitsForWrite, source.rawOutput.isEmpty else { return }
+        guard source.rawOutput.isEmpty, case .read(let input) = transition(direction, .readable) else { return }
+        let sink = sink(of: direction)
         let scratch = loop.relayScratch
         var relayed = 0
         for _ in 0..<Self.recordsPerPass {
@@ -272,14 +321,18 @@ public final class TLSRelay {
             if direction == .down && renegotiationRequested {
                 // Nothing from this read is relayed.
                 guard reportRelayed(relayed, in: direction) else { return }
-                return reportRenegotiation()
+                _ = drainErrorQueue()
+                return perform(transition(direction, .renegotiationRequested), in: direction)
             }
             guard count > 0 else {
                 guard reportRelayed(relayed, in: direction) else { return }
                 return readFailed(direction, result: count)
             }
             relayed += Int(count)
-            switch write(UnsafeRawBufferPointer(start: scratch, count: Int(count)), in: direction) {
+            // Bytes queued for the sink before (from before the relay, or what its SSL must
+            // send for a read of the other direction) leave first.
+            let queueBehind = !sink.rawOutput.isEmpty || flows[index(direction.other)].needsSourceWritable
+            switch write(UnsafeRawBufferPointer(start: scratch, count: Int(count)), in: direction, queueBehind: queueBehind) {
             case .written:
                 break
             case .queued:
@@ -287,12 +340,12 @@ public final class TLSRelay {
                 return
             case .failed:
                 guard reportRelayed(relayed, in: direction) else { return }
-                return writeFailed(direction)
+                return perform(transition(direction, .sinkFailed), in: direction)
             }
             // With read-ahead the SSL may hold more records than the socket shows: drain
             // them now, or they would wait for bytes that may never come. A full record
             // means bulk, where the socket has more: reading on saves a wait in epoll.
-            guard SSL_has_pending(source.ssl) == 1 || Int(count) == readLimit || source.readsBufferedInput else {
+            guard SSL_has_pending(source.ssl) == 1 || Int(count) == readLimit || input == .buffered else {
                 // Waiting for the socket: the SSL's read buffer goes back to the allocator.
                 SSL_free_buffers(source.ssl)
                 _ = reportRelayed(relayed, in: direction)
@@ -300,8 +353,10 @@ public final class TLSRelay {
             }
         }
         guard reportRelayed(relayed, in: direction) else { return }
-        // This pass's share is used: the rest on the loop's next pass.
-        if let event = source.readEvent { event_active(event, EV_READ, 0) }
+        // This pass's share is used: the rest on the loop's next pass. The read event is
+        // registered first (libevent does not register an event that is already active).
+        source.read.set(true)
+        if let event = source.read.event { event_active(event, EV_READ, 0) }
     }
 
     /// Reports a pass's bytes (if any); whether the relay is still open.
@@ -319,14 +374,12 @@ public final class TLSRelay {
         case failed
     }
 
-    /// Writes `bytes` to the direction's sink; what it cannot take now becomes the direction's
-    /// pending bytes, and the source pauses.
-    private func write(_ bytes: UnsafeRawBufferPointer, in direction: Direction) -> WriteOutcome {
+    /// Writes `bytes` to the direction's sink (all of them queued if `queueBehind`); what it
+    /// cannot take now becomes the direction's pending bytes, and the source pauses.
+    private func write(_ bytes: UnsafeRawBufferPointer, in direction: Direction, queueBehind: Bool) -> WriteOutcome {
         let sink = sink(of: direction)
         var offset = 0
-        if sink.rawOutputOffset < sink.rawOutput.count || sink.isWaitingToWrite {
-            // Bytes queued before must leave first.
-        } else {
+        if !queueBehind {
             while offset < bytes.count {
                 let written = SSL_write(sink.ssl, bytes.baseAddress! + offset, Int32(bytes.count - offset))  // non-empty: never nil
                 if written > 0 {
@@ -340,38 +393,45 @@ public final class TLSRelay {
             }
         }
         guard offset < bytes.count else { return .written }
-        var flow = Flow()
-        flow.pending = Array(bytes[offset...])
-        flows[index(direction)] = flow
-        setReading(source(of: direction), false)
-        setWaitingToWrite(sink, true)
+        _ = transition(direction, .sinkFull(rest: Array(bytes[offset...])))
         return .queued
     }
 
+    /// Relays the plaintext decrypted before the relay (at the start): reported, then written
+    /// to the sink once the sink's own bytes from before the relay have left.
+    private func deliverBuffered(_ bytes: [UInt8], in direction: Direction) {
+        report(.relayed(direction, bytes: bytes.count))
+        guard !isClosed else { return }
+        guard flushRawOutput(sink(of: direction)) else {
+            _ = transition(direction, .sinkFull(rest: bytes))
+            return
+        }
+        let outcome = bytes.withUnsafeBytes { write($0, in: direction, queueBehind: false) }
+        switch outcome {
+        case .written: pump(direction)
+        case .queued: break
+        case .failed: perform(transition(direction, .sinkFailed), in: direction)
+        }
+    }
+
     /// Writes the direction's pending bytes; once all are written, the source reads again.
-    private func flushPending(_ direction: Direction) {
+    private func writePending(_ direction: Direction) {
         let sink = sink(of: direction)
-        guard flushRawOutput(sink) else { return setWaitingToWrite(sink, true) }
-        while flows[index(direction)].hasPending {
-            let flow = flows[index(direction)]
-            let written = flow.pending.withUnsafeBytes { bytes in
-                SSL_write(sink.ssl, bytes.baseAddress! + flow.offset, Int32(flow.pending.count - flow.offset))  // pending: never nil
+        guard flushRawOutput(sink) else { return }
+        while case .waitingToWrite(let pending, let offset, _) = flows[index(direction)].state {
+            let written = pending.withUnsafeBytes { bytes in
+                SSL_write(sink.ssl, bytes.baseAddress! + offset, Int32(pending.count - offset))  // pending: never nil
             }
             if written > 0 {
-                flows[index(direction)].offset += Int(written)
+                let action = transition(direction, .wrote(count: Int(written)))
+                guard action == .writePending else { return perform(action, in: direction) }
                 continue
             }
             let error = SSL_get_error(sink.ssl, written)
             _ = drainErrorQueue()
-            guard error == SSL_ERROR_WANT_WRITE else { return writeFailed(direction) }
-            return setWaitingToWrite(sink, true)
+            guard error == SSL_ERROR_WANT_WRITE else { return perform(transition(direction, .sinkFailed), in: direction) }
+            return  // the sink's write event stays registered
         }
-        flows[index(direction)] = Flow()  // the buffer is released
-        if !sink.readWaitsForWrite && !sink.closeNotifyPending { setWaitingToWrite(sink, false) }
-        let source = source(of: direction)
-        guard !source.readWaitsForWrite else { return }  // its own write event resumes it
-        setReading(source, true)
-        pump(direction)
     }
 
     /// Sends what must reach the socket before the SSL writes; whether all of it has.
@@ -383,7 +443,7 @@ public final class TLSRelay {
             if sent > 0 {
                 side.rawOutputOffset += sent
             } else if sent < 0 && (errno == EAGAIN || errno == EINTR) {
-                setWaitingToWrite(side, true)
+                side.write.set(true)
                 return false
             } else {
                 // The socket is gone: the SSL's own write will fail and say so.
@@ -398,48 +458,18 @@ public final class TLSRelay {
     /// A read that returned `result` (≤ 0): nothing yet, a wait for the socket, or the end of
     /// the direction.
     private func readFailed(_ direction: Direction, result: Int32) {
-        let source = source(of: direction)
-        let error = SSL_get_error(source.ssl, result)
+        let error = SSL_get_error(source(of: direction).ssl, result)
+        _ = drainErrorQueue()
         switch error {
         case SSL_ERROR_WANT_READ:
-            _ = drainErrorQueue()
-            if source.readsBufferedInput {
-                // The bytes buffered before the relay are used up (a partial record stays in
-                // the SSL): the socket from now on. SSL_set0_rbio frees the memory BIO.
-                source.readsBufferedInput = false
-                SSL_set0_rbio(source.ssl, BIO_new_socket(source.socket, BIO_NOCLOSE))
-                pump(direction)
-            } else {
-                // An idle connection holds no read buffer (OpenSSL keeps the one it allocated
-                // for a read that found nothing).
-                SSL_free_buffers(source.ssl)
-            }
+            perform(transition(direction, .readWouldBlock), in: direction)
         case SSL_ERROR_WANT_WRITE:
             // The SSL must answer something (a TLS 1.3 KeyUpdate) and the socket is full.
-            _ = drainErrorQueue()
-            source.readWaitsForWrite = true
-            setReading(source, false)
-            setWaitingToWrite(source, true)
+            perform(transition(direction, .readNeedsWrite), in: direction)
         default:
             // close_notify, the end of the stream, or a broken connection: the direction ends.
-            _ = drainErrorQueue()
-            flows[index(direction)].ended = true
-            setReading(source, false)
-            report(.ended(direction))
+            perform(transition(direction, .sourceEnded), in: direction)
         }
-    }
-
-    private func writeFailed(_ direction: Direction) {
-        setReading(source(of: direction), false)
-        report(.writeFailed(direction))
-    }
-
-    private func reportRenegotiation() {
-        _ = drainErrorQueue()
-        setReading(upstream, false)
-        guard !renegotiationReported else { return }
-        renegotiationReported = true
-        report(.renegotiationAttempted)
     }
 
     private func report(_ event: Event) {
@@ -448,53 +478,49 @@ public final class TLSRelay {
 
     // MARK: Control
 
-    /// Tells the direction's sink that nothing more comes (TLS close_notify); the other
-    /// direction goes on.
+    /// Tells the direction's sink that nothing more comes (TLS close_notify), once the
+    /// direction has ended; the other direction goes on.
     public func shutdownWrite(_ direction: Direction) {
-        let sink = sink(of: direction)
-        guard !isClosed, !sink.closeNotifySent, !sink.closeNotifyPending else { return }
+        guard case .ended(.notAsked) = flows[index(direction)].state else { return }
         clearStaleErrors()
-        sink.closeNotifyPending = true
-        guard flushRawOutput(sink) else { return }
-        sendCloseNotify(sink)
+        defer { registerEvents() }
+        _ = transition(direction, .shutdownWrite)
+        guard flushRawOutput(sink(of: direction)) else { return }
+        sendCloseNotify(direction)
     }
 
-    /// Sends (or, once queued, sends on) the side's close_notify. SSL_shutdown is called again
-    /// only while the alert waits in the SSL: a further call would wait for the peer's.
-    private func sendCloseNotify(_ side: Side) {
-        side.closeNotifyPending = false
-        let result = SSL_shutdown(side.ssl)
-        let error = result < 0 ? SSL_get_error(side.ssl, result) : SSL_ERROR_NONE
+    /// Sends (or, once queued, sends on) the close_notify of the direction's sink. SSL_shutdown
+    /// is called again only while the alert waits in the SSL: a further call would wait for
+    /// the peer's.
+    private func sendCloseNotify(_ direction: Direction) {
+        let sink = sink(of: direction)
+        let result = SSL_shutdown(sink.ssl)
+        let error = result < 0 ? SSL_get_error(sink.ssl, result) : SSL_ERROR_NONE
         _ = drainErrorQueue()
-        if error == SSL_ERROR_WANT_WRITE {
-            // Queued in the SSL; the next SSL_shutdown sends it (and only that).
-            side.closeNotifyPending = true
-            setWaitingToWrite(side, true)
-        } else {
-            side.closeNotifySent = true
-        }
+        // On SSL_ERROR_WANT_WRITE it stays queued in the SSL; the next SSL_shutdown sends it
+        // (and only that).
+        if error != SSL_ERROR_WANT_WRITE { _ = transition(direction, .closeNotifySent) }
     }
 
     /// Frees both connections: each gets a close_notify if it has not had one (best effort:
     /// the socket is not waited for), then the SSLs are freed and the sockets closed.
     public func close() {
         guard !isClosed else { return }
-        isClosed = true
         onEvent = nil
-        for side in [client, upstream] {
-            if let event = side.readEvent { event_free(event) }
-            if let event = side.writeEvent { event_free(event) }
-            side.readEvent = nil
-            side.writeEvent = nil
+        // The client is the sink of down, the upstream that of up.
+        let notifyClient = transition(.down, .close) == .sendCloseNotify
+        let notifyUpstream = transition(.up, .close) == .sendCloseNotify
+        for (side, notify) in [(client, notifyClient), (upstream, notifyUpstream)] {
+            side.read.free()
+            side.write.free()
             _ = SSL_ctrl(side.ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
             SSL_set_msg_callback(side.ssl, nil)
-            if !side.closeNotifySent && !side.closeNotifyPending { _ = SSL_shutdown(side.ssl) }
+            if notify { _ = SSL_shutdown(side.ssl) }
             _ = drainErrorQueue()
             if side.holdsSessionSlot { releaseSessionSlot(side.ssl) }
             SSL_free(side.ssl)
             closeSocket(side.socket)
         }
-        flows = [Flow(), Flow()]
     }
 
     // MARK: Helpers
@@ -504,18 +530,6 @@ public final class TLSRelay {
     private func source(of direction: Direction) -> Side { direction == .up ? client : upstream }
 
     private func sink(of direction: Direction) -> Side { direction == .up ? upstream : client }
-
-    private func setReading(_ side: Side, _ reading: Bool) {
-        guard side.isReading != reading, let event = side.readEvent else { return }
-        side.isReading = reading
-        if reading { event_add(event, nil) } else { event_del(event) }
-    }
-
-    private func setWaitingToWrite(_ side: Side, _ waiting: Bool) {
-        guard side.isWaitingToWrite != waiting, let event = side.writeEvent else { return }
-        side.isWaitingToWrite = waiting
-        if waiting { event_add(event, nil) } else { event_del(event) }
-    }
 }
 
 extension EventLoop {
