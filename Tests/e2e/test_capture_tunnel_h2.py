@@ -111,6 +111,8 @@ def test_tunnel_with_the_clients_own_certificate_bound_by_resolve(capture, pki, 
     line = proxy.wait_for_log(lambda l: l.get("event") == "connection")
     assert (line.get("outcome"), line.get("listener"), line.get("status")) == ("tunnel", "transparent", "200"), line.raw
     assert origin.seen == ["client=own-client"], origin.seen
+    # That tunnel's end is logged before the next connection, so that no line of it follows the mark.
+    proxy.wait_for_log(lambda l: l.get("event") == "tunnel-closed")
 
     # The same SNI towards another address: not one api.test resolves to, refused before any connect.
     mark = proxy.mark()
