@@ -9,7 +9,7 @@ import PinproxyPolicy
 enum HTTP2Target {
     static let page = RefusalResponse.Page(
         status: 403, reason: .pinMismatch, detail: "pin-mismatch: none of the 2 public-key pin(s) matches the verified chain",
-        host: "api.test", port: 443, entry: "hosts.\"api.test\"", configPath: "/etc/pinproxy/pinproxy.toml",
+        proxyStatus: "pinproxy; error=tls_certificate_error", host: "api.test", port: 443, entry: "hosts.\"api.test\"", configPath: "/etc/pinproxy/pinproxy.toml",
         presented: [], pinKind: "public-key", pins: [])
 
     static func run(_ input: [UInt8]) {

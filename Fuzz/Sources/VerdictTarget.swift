@@ -17,13 +17,14 @@ enum VerdictTarget {
     struct Policy {
         let name: String
         let entry: PolicyEntry
+        let context: VerdictContext
     }
 
     static let policies: [Policy] = ["anchors", "pinned", "none", "crl"].map { name in
         let path = FuzzTarget.dataDirectory + "/verdict-\(name).toml"
         do {
             let config = try ConfigLoader.load(path: path, now: time)
-            return Policy(name: name, entry: config.policies.lookup(host))
+            return Policy(name: name, entry: config.policies.lookup(host), context: config.verdictContext)
         } catch {
             fatalError("\(path): \(error)")
         }
@@ -56,7 +57,8 @@ enum VerdictTarget {
     static func run(_ input: [UInt8]) {
         guard let chain = chain(input) else { return }
         for policy in policies {
-            let verdict = TrustEvaluator.evaluate(.init(chain: chain), host: host, port: 443, entry: policy.entry, at: time)
+            let verdict = TrustEvaluator.evaluate(.init(chain: chain), host: host, port: 443, entry: policy.entry,
+                                                  context: policy.context, at: time)
             guard verdict.allowsConnection else { continue }
             let leaf = chain[0]
             fuzzCheck(leaf.matchesHostName("api.test"), "\(policy.name): allowed a leaf that does not name api.test: \(leaf.subject)")

@@ -7,7 +7,7 @@ public enum CgroupTree {
     /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified`
     /// on a hybrid system), from /proc/self/mountinfo; nil when it is not mounted.
     public static func root() -> String? {
-        guard let text = readText("/proc/self/mountinfo") else { return nil }
+        guard let text = ProcFile.readText("/proc/self/mountinfo", limit: 4 << 20) else { return nil }
         for line in text.split(separator: "\n") {
             // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPEROPTIONS
             guard let separator = line.range(of: " - ") else { continue }
@@ -54,21 +54,5 @@ public enum CgroupTree {
             }
         }
         return String(decoding: bytes, as: UTF8.self)
-    }
-
-    private static func readText(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let count = read(fd, &chunk, chunk.count)
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return nil }
-            if count == 0 { return String(decoding: bytes, as: UTF8.self) }
-            bytes += chunk[..<count]
-            if bytes.count > 4 << 20 { return nil }
-        }
     }
 }

@@ -133,7 +133,7 @@ public enum ListeningSockets {
     public static func inodes(overlapping address: SocketAddress) -> Set<UInt64> {
         var found = Set<UInt64>()
         for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            guard let text = readToEnd(table) else { continue }
+            guard let text = ProcFile.readText(table) else { continue }
             for line in text.split(separator: "\n").dropFirst() {
                 let fields = line.split(separator: " ")
                 guard fields.count > 9, fields[3] == "0A",  // TCP_LISTEN
@@ -145,23 +145,6 @@ public enum ListeningSockets {
             }
         }
         return found
-    }
-
-    /// The whole of a procfs file. Its size reads as 0, and each read(2) returns a page or so:
-    /// `String(contentsOfFile:)` stops after the first, and would miss most sockets.
-    private static func readToEnd(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let count = read(fd, &chunk, chunk.count)
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return nil }
-            if count == 0 { return String(decoding: bytes, as: UTF8.self) }
-            bytes += chunk[..<count]
-        }
     }
 
     private static func isWildcard(_ address: IPAddress) -> Bool {
