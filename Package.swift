@@ -26,7 +26,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
     ],
     targets: [
-        // OpenSSL 3 and libevent, found with pkg-config.
+        // OpenSSL 3, libevent and libnghttp2, found with pkg-config.
         .systemLibrary(
             name: "COpenSSL",
             pkgConfig: "openssl",
@@ -36,6 +36,12 @@ let package = Package(
             name: "CLibevent",
             pkgConfig: "libevent_openssl",
             providers: [.apt(["libevent-dev"])]
+        ),
+        // HTTP/2 framing and HPACK, for the in-TLS refusal to clients that chose h2.
+        .systemLibrary(
+            name: "CNghttp2",
+            pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]
         ),
         // Functions for the C macros Swift cannot call.
         .target(
@@ -47,10 +53,10 @@ let package = Package(
             name: "CPinproxyBuild",
             cSettings: buildInfo
         ),
-        // Every unsafe pointer lives here: Swift types that own OpenSSL and libevent objects.
+        // Every unsafe pointer lives here: Swift types that own OpenSSL, libevent and nghttp2 objects.
         .target(
             name: "PinproxyInterop",
-            dependencies: ["COpenSSL", "CLibevent", "CPinproxyShims", "CPinproxyBuild"]
+            dependencies: ["COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims", "CPinproxyBuild"]
         ),
         // The pure trust decision and the config loader: no sockets.
         .target(

@@ -84,6 +84,21 @@ def open_descriptors(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def cpu_nanoseconds(pid):
+    """User + system CPU of `pid`'s threads, in nanoseconds (schedstat: no tick rounding), and
+    the ids of those threads: a thread that ended took its share along, so two readings compare
+    only when they saw the same threads."""
+    total, threads = 0, set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+            threads.add(task)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total, threads
+
+
 # ---------------------------------------------------------------- PKI
 
 def _openssl(*args):
@@ -204,11 +219,13 @@ http {{
 
 class Daemon:
     """pinproxy on 127.0.0.1, pinning the origin's key for `localhost`; `denied.test` is denied by
-    policy. `wrapper` (e.g. valgrind) is put in front of the binary."""
+    policy. `wrapper` (e.g. valgrind) is put in front of the binary; `name` is its directory
+    under `work`."""
 
-    def __init__(self, binary, work, pki, origin, pin, log_path=None, wrapper=(), extra_proxy="", extra_tables="", start_timeout=60):
+    def __init__(self, binary, work, pki, origin, pin, log_path=None, wrapper=(), extra_proxy="", extra_tables="", start_timeout=60,
+                 name="pinproxy"):
         self.port = free_port()
-        self.directory = os.path.join(work, "pinproxy")
+        self.directory = os.path.join(work, name)
         os.makedirs(self.directory, exist_ok=True)
         self.config = os.path.join(self.directory, "pinproxy.toml")
         ports = f"[{origin.port}, {origin.altkey_port}]"

@@ -172,8 +172,36 @@ action = "deny"
         (ip_leaf, inter), (leaf, inter, inter, root),
     ]:
         seed("verdict", frame(*chain))
+    http2_seeds()
     return 0
 
 
+def http2_seeds() -> None:
+    """http2: what a client sends an in-TLS refusal over h2 (the `h2` package writes the
+    frames and HPACK), each after the byte that sets the size of the pieces it arrives in."""
+    import h2.config
+    import h2.connection
+
+    def client(*requests) -> bytes:
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        c.initiate_connection()
+        for stream, headers, body in requests:
+            c.send_headers(stream, headers, end_stream=body is None)
+            if body is not None:
+                c.send_data(stream, body, end_stream=True)
+        return c.data_to_send()
+
+    base = [(":scheme", "https"), (":authority", "api.test:443")]
+    get = base + [(":method", "GET"), (":path", "/"), ("user-agent", "curl/7.88.1"), ("accept", "*/*")]
+    head = base + [(":method", "HEAD"), (":path", "/")]
+    grpc = base + [(":method", "POST"), (":path", "/pinproxy.Test/Echo"), ("content-type", "application/grpc"),
+                   ("te", "trailers"), ("grpc-timeout", "20S")]
+    seed("http2", b"\xff" + client((1, get, None)))
+    seed("http2", b"\x07" + client((1, head, None)))
+    seed("http2", b"\x40" + client((1, grpc, b"\x00\x00\x00\x00\x04ping")))
+    seed("http2", b"\x01" + client((1, get, None), (3, get, None)))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # `make-seeds.py http2` writes the http2 seeds alone (the others need fresh keys).
+    sys.exit(http2_seeds() if sys.argv[1:] == ["http2"] else main())

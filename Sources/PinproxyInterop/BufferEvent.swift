@@ -42,6 +42,8 @@ public final class BufferEvent {
     private var lingerWatchdog: Timer?
     /// Set once the peer asked for a second handshake (a TLS 1.2 HelloRequest), which is refused.
     public private(set) var renegotiationAttempted = false
+    /// Set once an upstream asked for a client certificate (CertificateRequest).
+    public private(set) var clientCertificateRequested = false
     /// Called on the loop's next pass after a refused renegotiation request.
     public var onRenegotiationAttempt: (() -> Void)?
     private var renegotiationNotice: Timer?
@@ -88,17 +90,19 @@ public final class BufferEvent {
     /// Starts a TLS client handshake on a connected socket, which the buffer event then owns.
     /// The event callback reports `.connected` once the handshake completes.
     /// With `sessions` and `sessionKey`, a cached session is offered for resumption, and the
-    /// sessions of this connection are cached once `admitSession` is called.
+    /// sessions of this connection are cached once `admitSession` is called. `clientIdentity` is
+    /// presented if the server asks for a client certificate.
     /// Renegotiation is refused (the context sets SSL_OP_NO_RENEGOTIATION); a server that asks
     /// for it sets `renegotiationAttempted` and calls `onRenegotiationAttempt`.
     public static func connectTLS(loop: EventLoop, socket: Int32, context: TLSClientContext, serverName: String?,
                                   minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+                                  clientIdentity: TLSClientIdentity? = nil,
                                   sessions: TLSSessionCache? = nil, sessionKey: String? = nil) throws -> BufferEvent {
         let slot = sessions.flatMap { cache in sessionKey.map { SessionSlot(cache: cache, key: $0) } }
         let ssl: OpaquePointer
         do {
             ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
-                                      alpn: alpn, resumption: slot)
+                                      alpn: alpn, clientIdentity: clientIdentity, resumption: slot)
         } catch {
             closeSocket(socket)
             throw error
@@ -121,9 +125,12 @@ public final class BufferEvent {
         // is meaningless, and treated alike). OpenSSL is already processing it when this runs,
         // so SSL_is_init_finished cannot tell the two apart.
         SSL_set_msg_callback(ssl) { isWrite, _, contentType, message, length, _, context in
-            guard isWrite == 0, contentType == SSL3_RT_HANDSHAKE, length >= 1, let message, let context,
-                  message.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
-            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().renegotiationRequested()
+            guard isWrite == 0, contentType == SSL3_RT_HANDSHAKE, length >= 1, let message, let context else { return }
+            switch message.load(as: UInt8.self) {
+            case UInt8(SSL3_MT_HELLO_REQUEST): Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().renegotiationRequested()
+            case UInt8(SSL3_MT_CERTIFICATE_REQUEST): Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().clientCertificateRequested = true
+            default: break
+            }
         }
         _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, Unmanaged.passUnretained(connection).toOpaque())
         return connection
@@ -141,14 +148,14 @@ public final class BufferEvent {
     /// early are kept). Use only the returned object afterwards: it drives this one, and closes
     /// it once everything it encrypted has been sent.
     /// A client whose SNI names another host than `serverName` fails the handshake; a client
-    /// that offers `applicationProtocol` gets it (otherwise no ALPN). The socket underneath
+    /// gets the first of `applicationProtocols` that it offers (none of them: no ALPN). The socket underneath
     /// holds at most `bufferLimit` encrypted bytes: past that, data waits in the returned
     /// object's output, where `outputLength` (and so backpressure) sees it.
     public func acceptTLS(loop: EventLoop, context: TLSServerContext, certificate: Certificate, key: PrivateKey,
-                          serverName: String?, applicationProtocol: ALPNProtocol?, bufferLimit: Int) throws -> BufferEvent {
+                          serverName: String?, applicationProtocols: [ALPNProtocol], bufferLimit: Int) throws -> BufferEvent {
         guard let plain = handle else { throw OpenSSLError(operation: "the connection is closed", messages: []) }
         let ssl = try context.makeSSL(certificate: certificate, key: key, serverName: serverName,
-                                      applicationProtocol: applicationProtocol)
+                                      applicationProtocols: applicationProtocols)
         // Without BEV_OPT_CLOSE_ON_FREE: freeing the filter leaves the plain buffer event (and
         // the bytes still in its output) to this object's `linger`.
         guard let filter = bufferevent_openssl_filter_new(loop.base, plain, ssl, BUFFEREVENT_SSL_ACCEPTING, 0) else {
@@ -302,10 +309,16 @@ public final class BufferEvent {
         bufferevent_enable(handle, Int16(EV_WRITE))
     }
 
-    /// Tells the peer this side sends nothing more (TLS close_notify); reading goes on until the
-    /// peer ends too. No-op before the handshake has finished.
+    /// Tells the peer this side sends nothing more (TLS close_notify; on a plain socket, a TCP
+    /// FIN: call it once the output is empty); reading goes on until the peer ends too. No-op
+    /// on a TLS connection before its handshake has finished.
     public func shutdownWrite() {
-        guard let handle, isTLS, let ssl = bufferevent_openssl_get_ssl(handle), SSL_is_init_finished(ssl) == 1 else { return }
+        guard let handle else { return }
+        guard isTLS else {
+            _ = Glibc.shutdown(bufferevent_getfd(handle), Int32(SHUT_WR))
+            return
+        }
+        guard let ssl = bufferevent_openssl_get_ssl(handle), SSL_is_init_finished(ssl) == 1 else { return }
         _ = SSL_shutdown(ssl)
         _ = drainErrorQueue()
     }
@@ -378,6 +391,17 @@ public final class BufferEvent {
     public func write(_ bytes: [UInt8]) {
         guard let handle else { return }
         bufferevent_write(handle, bytes, bytes.count)
+    }
+
+    /// Removes up to `maxLength` bytes from the input and returns them.
+    public func read(maxLength: Int) -> [UInt8] {
+        guard let handle, maxLength > 0 else { return [] }
+        let input = bufferevent_get_input(handle)
+        let count = min(maxLength, evbuffer_get_length(input))
+        guard count > 0 else { return [] }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let removed = evbuffer_remove(input, &bytes, count)
+        return removed > 0 ? Array(bytes.prefix(Int(removed))) : []
     }
 
     /// Moves everything in this input to `other`'s output; returns the byte count.

@@ -8,7 +8,12 @@ public struct ClientHello: Sendable {
     public let alpn: ALPNOffer?
     /// The host name of its SNI extension, as sent; nil when it sent none.
     public let serverName: String?
+    /// Whether it carries `encrypted_client_hello` (0xfe0d): the name it really wants is hidden.
+    public let offersEncryptedClientHello: Bool
 }
+
+/// The extension type of Encrypted Client Hello (draft-ietf-tls-esni).
+let encryptedClientHelloExtension: UInt32 = 0xfe0d
 
 /// Reads a client's ClientHello from the bytes buffered on its connection, without consuming
 /// them: OpenSSL parses them on a throwaway SSL (memory BIOs) whose ClientHello callback
@@ -79,7 +84,10 @@ public final class ClientHelloReader {
             malformed = true
             return
         }
-        hello = ClientHello(alpn: alpn, serverName: serverName)
+        var body: UnsafePointer<UInt8>?
+        var length = 0
+        let encrypted = SSL_client_hello_get0_ext(ssl, encryptedClientHelloExtension, &body, &length) == 1
+        hello = ClientHello(alpn: alpn, serverName: serverName, offersEncryptedClientHello: encrypted)
     }
 
     /// The body of extension `type` after its own two-byte length, read by `parse`: `.some(nil)`
@@ -119,6 +127,9 @@ private final class ProbeContext: @unchecked Sendable {
     init?() {
         guard let handle = SSL_CTX_new(TLS_server_method()) else { return nil }
         self.handle = handle
+        // OpenSSL 3.0 keeps only the extensions it knows for SSL_client_hello_get0_ext: ECH is
+        // made one it knows (a custom extension that adds nothing and accepts anything).
+        _ = SSL_CTX_add_custom_ext(handle, encryptedClientHelloExtension, UInt32(SSL_EXT_CLIENT_HELLO), nil, nil, nil, nil, nil)
         SSL_CTX_set_client_hello_cb(handle, { ssl, _, _ in
             guard let ssl, let reader = pp_SSL_get_app_data(ssl) else { return SSL_CLIENT_HELLO_ERROR }
             Unmanaged<ClientHelloReader>.fromOpaque(reader).takeUnretainedValue().received(ssl)
@@ -132,16 +143,18 @@ private let probeContext = ProbeContext()
 // MARK: - The intercepting handshake's answers to a ClientHello
 
 /// What one intercepted client must send and will get: the SNI it may send (nil: any) and the
-/// ALPN protocol selected for it (the one the upstream negotiated; nil: none). Held by the
-/// client-side SSL in its own ex_data slot, and released when OpenSSL frees that SSL.
+/// ALPN protocols it may be given, in pinproxy's order of preference (the one the upstream
+/// negotiated; h2 then http/1.1 for an in-TLS refusal; none: no ALPN): it gets the first that
+/// it offers. Held by the client-side SSL in its own ex_data slot, and released when OpenSSL
+/// frees that SSL.
 final class ClientHelloTerms {
     /// The expected SNI: lowercase ASCII, no trailing dot.
     let serverName: [UInt8]?
-    let applicationProtocol: ALPNProtocol?
+    let applicationProtocols: [ALPNProtocol]
 
-    init(serverName: String?, applicationProtocol: ALPNProtocol?) {
+    init(serverName: String?, applicationProtocols: [ALPNProtocol]) {
         self.serverName = serverName.map { Array($0.lowercased().utf8) }
-        self.applicationProtocol = applicationProtocol
+        self.applicationProtocols = applicationProtocols
     }
 
     /// Attaches these terms to `ssl` (which then owns a reference).
@@ -168,8 +181,10 @@ final class ClientHelloTerms {
             return SSL_TLSEXT_ERR_ALERT_FATAL
         }
         SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
-            guard let terms = ClientHelloTerms.of(ssl), let wanted = terms.applicationProtocol, let offered,
-                  let range = ClientHelloTerms.find(wanted, in: UnsafeBufferPointer(start: offered, count: Int(offeredLength))) else {
+            guard let terms = ClientHelloTerms.of(ssl), let offered,
+                  let range = terms.applicationProtocols.lazy.compactMap({
+                      ClientHelloTerms.find($0, in: UnsafeBufferPointer(start: offered, count: Int(offeredLength)))
+                  }).first else {
                 return SSL_TLSEXT_ERR_NOACK
             }
             out?.pointee = offered + range.lowerBound

@@ -21,12 +21,13 @@ public final class PrivateKey: @unchecked Sendable {
         return PrivateKey(taking: key)
     }
 
-    /// Parses a PEM private key (PKCS#8 or traditional, unencrypted).
+    /// Parses a PEM private key (PKCS#8 or traditional, unencrypted). An encrypted key is
+    /// refused: no passphrase is asked for (OpenSSL's default would prompt on the terminal).
     public convenience init(pem: [UInt8]) throws {
         let parsed: OpaquePointer? = pem.withUnsafeBytes { raw in
             guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
             defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+            return PEM_read_bio_PrivateKey(bio, nil, { _, _, _, _ in -1 }, nil)
         }
         guard let parsed else { throw OpenSSLError.drain("not a PEM private key") }
         self.init(taking: parsed)

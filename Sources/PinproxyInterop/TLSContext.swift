@@ -48,10 +48,19 @@ public final class TLSClientContext: @unchecked Sendable {
         SSL_CTX_free(handle)
     }
 
-    /// A new SSL for one upstream connection, offering `alpn`.
+    /// A new SSL for one upstream connection, offering `alpn`, and presenting `clientIdentity`
+    /// if the server asks for a client certificate.
     func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
-                 resumption: SessionSlot?) throws -> OpaquePointer {
+                 clientIdentity: TLSClientIdentity?, resumption: SessionSlot?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
+        if let identity = clientIdentity {
+            // The chain certificates are added with a reference of their own (SSL_add1_chain_cert).
+            guard SSL_use_certificate(ssl, identity.certificate.handle) == 1, SSL_use_PrivateKey(ssl, identity.key.handle) == 1,
+                  identity.chain.allSatisfy({ SSL_ctrl(ssl, SSL_CTRL_CHAIN_CERT, 1, UnsafeMutableRawPointer($0.handle)) == 1 }) else {
+                SSL_free(ssl)
+                throw OpenSSLError.drain("installing the client certificate")
+            }
+        }
         let wire = alpn.wire
         guard SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0 else {
             SSL_free(ssl)
@@ -103,11 +112,11 @@ public final class TLSServerContext: @unchecked Sendable {
     }
 
     /// A new SSL presenting `certificate` (with `key`) to one client, which must send no SNI
-    /// or `serverName`, and gets `applicationProtocol` if it offers it.
+    /// or `serverName`, and gets the first of `applicationProtocols` that it offers.
     func makeSSL(certificate: Certificate, key: PrivateKey, serverName: String?,
-                 applicationProtocol: ALPNProtocol?) throws -> OpaquePointer {
+                 applicationProtocols: [ALPNProtocol]) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
-        let terms = ClientHelloTerms(serverName: serverName, applicationProtocol: applicationProtocol)
+        let terms = ClientHelloTerms(serverName: serverName, applicationProtocols: applicationProtocols)
         guard SSL_use_certificate(ssl, certificate.handle) == 1, SSL_use_PrivateKey(ssl, key.handle) == 1,
               terms.attach(to: ssl) else {
             SSL_free(ssl)

@@ -19,6 +19,8 @@ public struct CheckResult: Sendable, Equatable, CustomStringConvertible {
         case pins
         /// The entry's `verify_command`.
         case customCheck
+        /// `[clients]`: whether the client may reach the host (client-denied).
+        case client
 
         public var description: String {
             switch self {
@@ -30,6 +32,7 @@ public struct CheckResult: Sendable, Equatable, CustomStringConvertible {
             case .hostName: return "host name"
             case .pins: return "pins"
             case .customCheck: return "custom check"
+            case .client: return "client"
             }
         }
     }

@@ -14,6 +14,8 @@ public struct Config: Sendable {
     public let policies: PolicyTable
     /// What the verdict reads besides an entry of `policies`: hand it in with the entry.
     public let verdictContext: VerdictContext
+    /// `[clients."SELECTOR"]`: who may reach which hosts.
+    public let clients: ClientRules
     /// Warnings found at load time (the config is usable).
     public let warnings: [Diagnostic]
 }
@@ -100,6 +102,12 @@ public struct ProxySettings: Sendable {
     /// Open client connections at most; further ones are closed at accept. nil: as many as
     /// the open-file limit allows (two descriptors per tunnel).
     public var maxConnections: Int?
+    /// How long a connection waits for what is looked up off the loop about its client (the
+    /// user's name, the cgroup's unit, the program); a unit not found by then makes it unknown.
+    public var clientIdentityTimeout: TimeInterval = 2
+    /// Whether pin-failure reports carry the client's identity (user names and paths would
+    /// go to the collector).
+    public var reportClientIdentity = false
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure). The relay
     /// holds at most one TLS record's plaintext (16 KiB) per direction, or this if smaller; it
     /// also bounds what is queued for a client during its handshake or an in-TLS refusal.

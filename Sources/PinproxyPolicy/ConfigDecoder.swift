@@ -13,17 +13,18 @@ import TOMLKit
 struct ConfigDecoder {
     private(set) var findings: [Finding] = []
 
-    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts"]
+    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts", "clients"]
     static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
                             "transparent_listen",
                             "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
                             "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
                             "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
                             "report_rate_limit", "report_file_max_bytes",
-                            "verify_command_timeout", "verify_command_cache", "verify_command_concurrency"]
+                            "verify_command_timeout", "verify_command_cache", "verify_command_concurrency",
+                            "client_identity_timeout", "report_client_identity"]
     static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
                              "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
-                             "require_web_pki_profile", "verify_command"]
+                             "require_web_pki_profile", "verify_command", "client_certificate", "client_key"]
 
     /// Whether `key` takes a value of `type`: of keys equally close to an unknown one, the
     /// value's type picks (`pinz = [...]` is `pins`, `pinz = "public-key"` is `pin`).
@@ -170,6 +171,10 @@ struct ConfigDecoder {
                 if let count = integer(value, keyPath, in: 0...86_400) { proxy.verifyCommandCache = TimeInterval(count) }
             case "verify_command_concurrency":
                 if let count = integer(value, keyPath, in: 1...64) { proxy.verifyCommandConcurrency = count }
+            case "client_identity_timeout":
+                if let seconds = seconds(value, keyPath) { proxy.clientIdentityTimeout = seconds }
+            case "report_client_identity":
+                if let flag = bool(value, keyPath) { proxy.reportClientIdentity = flag }
             default:
                 unknownKey(keyPath, value, known: Self.proxyKeys)
             }
@@ -339,12 +344,11 @@ struct ConfigDecoder {
             case "min_tls":
                 if let version = choice(value, keyPath, HostPolicy.TLSVersion.self) { policy.minTLS = version }
             case "mode":
-                guard let mode = string(value, keyPath) else { continue }
-                if mode == "tunnel" {
-                    error(keyPath, "\(displayKeyPath(keyPath)) = \"tunnel\" is not implemented yet: pinproxy only intercepts; remove the key or set mode = \"intercept\"")
-                } else if mode != "intercept" {
-                    error(keyPath, "\(displayKeyPath(keyPath)) = \"\(mode)\" is not \"intercept\"")
-                }
+                if let mode = choice(value, keyPath, HostPolicy.Mode.self) { policy.mode = mode }
+            case "client_certificate":
+                if let file = nonEmptyString(value, keyPath) { policy.clientCertificateFile = file }
+            case "client_key":
+                if let file = nonEmptyString(value, keyPath) { policy.clientKeyFile = file }
             case "revocation":
                 if let text = string(value, keyPath) {
                     switch text {
@@ -401,6 +405,12 @@ struct ConfigDecoder {
         if let string = value.string { return string }
         typeError(keyPath(), value, expected: "a string")
         return nil
+    }
+
+    mutating func nonEmptyString(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> String? {
+        guard let text = string(value, keyPath()) else { return nil }
+        if text.isEmpty { error(keyPath(), "\(displayKeyPath(keyPath())) must not be empty") }
+        return text.isEmpty ? nil : text
     }
 
     mutating func bool(_ value: TOMLValueConvertible, _ keyPath: @autoclosure () -> [String]) -> Bool? {

@@ -118,6 +118,7 @@ public enum ConfigLoader {
         }
         return Config(path: path, proxy: config.proxy, resolve: config.resolve, capture: config.capture, policies: config.policies,
                       verdictContext: VerdictContext(publicSuffixes: publicSuffixList),
+                      clients: config.clients,
                       warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
     }
 }
@@ -133,7 +134,7 @@ private struct Load {
 
     /// The config; nil when a finding is an error.
     mutating func config(_ document: TOMLTable, path: String, writtenHosts: HostKeys)
-        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings, policies: PolicyTable)? {
+        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings, policies: PolicyTable, clients: ClientRules)? {
         var decoder = ConfigDecoder()
         let decoded = decoder.decodeTopLevel(document)
         findings += Self.captureWarnings(decoded.proxy, decoded.capture)
@@ -173,9 +174,22 @@ private struct Load {
             findings += hostsDecoder.findings
         }
 
+        var clients = ClientRules()
+        if document["clients"] != nil {
+            var clientsDecoder = ConfigDecoder()
+            if let table = clientsDecoder.table("clients", in: document) {
+                let raw = clientsDecoder.decodeClients(table) { [index] key in index.line(of: ["clients", key]) }
+                let (rules, found) = ClientRulesCheck.rules(raw)
+                clients = rules
+                findings += found
+            }
+            findings += clientsDecoder.findings
+        }
+
         guard !findings.hasErrors, let defaultEntry else { return nil }
         let positions = hosts.positions.flatMap { $0.fit(hosts.entries) ? $0 : nil } ?? PolicyTable.Positions(hosts.entries.map(\.pattern))
-        return (proxy, decoded.resolve, decoded.capture, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions))
+        return (proxy, decoded.resolve, decoded.capture, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions),
+                clients)
     }
 
     /// A transparent listener nothing is redirected to, a `[capture]` with no listener to

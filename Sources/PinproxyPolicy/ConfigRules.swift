@@ -57,10 +57,28 @@ enum ConfigRules {
         if policy.trust == .none && policy.revocation != .off {
             error(path + ["revocation"], "\(name): revocation needs a verified chain, and trust = \"none\" verifies none")
         }
+        if (policy.clientCertificateFile == nil) != (policy.clientKeyFile == nil) {
+            let (given, missing) = policy.clientKeyFile == nil ? ("client_certificate", "client_key") : ("client_key", "client_certificate")
+            error(path + [given], "\(name) gives \(given) without \(missing): both are needed to present a client certificate")
+        }
+        if policy.mode == .tunnel {
+            findings += tunnelErrors(policy)
+        }
         guard findings.isEmpty else { return findings }
 
         if policy.action == .allowInsecure {
             findings.append(.warning(path + ["action"], "\(name) has action = \"allow-insecure\": its connections are not checked at all"))
+        }
+        if policy.mode == .tunnel, let pattern = policy.pattern {
+            if !pattern.isExact || policy.includeSubdomains {
+                let scope = policy.includeSubdomains ? "with include_subdomains" : "on the wildcard pattern \(pattern)"
+                findings.append(.warning(path + ["mode"], "\(name) has mode = \"tunnel\" \(scope): EVERY name it matches is relayed unverified, to whichever address it resolves to, for any local process that asks; list the hosts that need a tunnel one by one instead"))
+            } else {
+                findings.append(.warning(path + ["mode"], "\(name) has mode = \"tunnel\": its TLS is relayed as it is, and nothing pinproxy checks (chain, host name, pins) applies to it"))
+            }
+        }
+        if policy.clientCertificateFile != nil {
+            findings.append(.warning(path + ["client_certificate"], "\(name) presents client_certificate to upstreams that ask for one: every local process that may reach \(name) through pinproxy connects as that identity (restrict who may with [clients])"))
         }
         if let (written, end) = policy.expires {
             if end <= now {
@@ -70,6 +88,33 @@ enum ConfigRules {
             }
         }
         return findings
+    }
+}
+
+extension ConfigRules {
+    /// A tunnel verifies nothing: the keys that would have something verified, or that belong
+    /// to pinproxy's own TLS, are errors on it (and `[default]` may not tunnel at all).
+    static func tunnelErrors(_ policy: RawPolicy) -> [Finding] {
+        let name = policy.name
+        let path = policy.path
+        guard policy.pattern != nil else {
+            return [.error(path + ["mode"], "mode = \"tunnel\" is not allowed in [default]: it would relay every host unverified; give each host that needs a tunnel its own [hosts.\"NAME\"] entry")]
+        }
+        var keys: [(key: String, what: String)] = []
+        if policy.action != .verify { keys.append(("action", "action = \"\(policy.action.rawValue)\"")) }
+        if policy.pinKind != .none || policy.hasPinMaterial {
+            keys.append((!policy.pins.isEmpty ? "pins" : !policy.certificateFiles.isEmpty ? "certificates" : "pin", "pins"))
+        }
+        if policy.revocation != .off { keys.append(("revocation", "revocation")) }
+        if policy.verifyCommand != nil { keys.append(("verify_command", "verify_command")) }
+        if !policy.enforce { keys.append(("enforce", "enforce = false")) }
+        if policy.expires != nil { keys.append(("expires", "expires")) }
+        if policy.clientCertificateFile != nil {
+            keys.append(("client_certificate", "client_certificate (a tunnelled client presents its own)"))
+        }
+        return keys.map { key, what in
+            .error(path + [key], "\(name) has mode = \"tunnel\", which relays the client's TLS unverified: \(what) cannot apply; remove it, or set mode = \"intercept\"")
+        }
     }
 }
 

@@ -8,4 +8,6 @@ public enum ConnectionOutcome: String, Sendable, CaseIterable {
     /// The client left before its tunnel opened (while pinproxy resolved, connected or
     /// handshook upstream): no decision was sent.
     case clientGone = "client-gone"
+    /// `mode = "tunnel"`: relayed unverified.
+    case tunnel
 }

@@ -61,6 +61,10 @@ block_private_destinations = true
 # verify_command_concurrency = 4
 # verify_command_cache = 300
 
+# Whether pin-failure reports carry the client's identity (uid, user, unit, program): off by
+# default, since user names and paths would go to the collector.
+# report_client_identity = false
+
 # Event loops; default one per core.
 # workers = 2
 
@@ -74,6 +78,7 @@ block_private_destinations = true
 # admin_timeout = 10         # each metrics_listen request in total, from accept to the answer
 # max_connections = 10000    # open client connections at most (default: what the open-file limit allows)
 # relay_buffer_bytes = 262144  # per direction, before reading pauses
+# client_identity_timeout = 2  # with [clients]: the user's name, unit and program, looked up off the loop
 
 # The egress lock's listener (docs/deployment.md): clients that `pinproxy egress apply`
 # redirects arrive here without CONNECT; the host comes from their SNI. One 127.0.0.1 and
@@ -127,7 +132,10 @@ trust = "system"
 # include_subdomains false (default) | true: an exact-name entry also matches every subdomain.
 # ports              [443, 8443]: default proxy.allow_ports.
 # min_tls            "1.2" (default) | "1.3"
-# mode               "intercept" (default; "tunnel" is not implemented yet and rejected)
+# mode               "intercept" (default) | "tunnel": host entries only; the client's TLS is
+#                    relayed as it is, unverified (for programs that pin their own certificates or
+#                    present their own client certificate). No pins, verify_command, revocation,
+#                    client_certificate or enforce = false with it; `check` warns for each one.
 # revocation         "off" (default) | "crl" (leaf checked against its issuer's CRL from `crls`)
 #                    | "ocsp-staple" (the server must staple a valid OCSP response)
 # crls               ["crl/issuer.crl"]: CRL files (PEM or DER), with revocation = "crl".
@@ -136,6 +144,11 @@ trust = "system"
 #                    meet the web-PKI issuance rules (extendedKeyUsage serverAuth, key
 #                    identifiers, the CN among the SANs; README, "Trust decisions"). false for a
 #                    private CA whose certificates lack them.
+# client_certificate "client/api.pem": PEM, the certificate then its chain, and
+# client_key         "client/api.key": its key, presented to an upstream that asks for a client
+#                    certificate (mutual TLS).
+#                    The key: unencrypted PEM, mode 0600 or 0400 (or from systemd's LoadCredential=,
+#                    under $CREDENTIALS_DIRECTORY). Every local process that reaches the entry uses it.
 # verify_command     ["/usr/local/libexec/check-ct", "--strict"]: your own check, run after the
 #                    built-in ones passed, with the verified chain (PEM, leaf first) on stdin and
 #                    PINPROXY_HOST / PINPROXY_PORT set. Exit 0 allows; anything else (or no answer
@@ -164,6 +177,26 @@ trust = "system"
 #
 # [hosts."tracker.example.com"]
 # action = "deny"
+
+# [clients."SELECTOR"]
+# Which local clients may reach which hosts: the kernel says who owns each client's socket.
+# Selectors: uid:N, user:NAME (looked up when the config loads), exe:/absolute/path (the
+# program: an identification, not a confinement), unit:NAME.service (system units only),
+# unknown (a local socket that was not found), remote (a peer that is not this host).
+# Every matching section applies: a host must be in each one's allow (no allow: no limit) and
+# in no one's deny. Once any section exists, unknown clients are refused unless
+# [clients."unknown"] says otherwise; remote clients are limited only by [clients."remote"].
+# Refusals say client-denied (403); enforce = false makes a section's refusals report-only.
+#
+# [clients."unit:backup.service"]
+# allow = ["backup.example.com", "*.s3.amazonaws.com"]
+#
+# [clients."user:www-data"]
+# allow = []                      # nothing
+#
+# [clients."exe:/usr/bin/git"]
+# allow = ["git.example.com"]
+# enforce = false                 # report-only while rolling out
 
 """#
 }

@@ -28,5 +28,9 @@ public struct ConfigError: Error, Sendable, CustomStringConvertible {
     /// Every error, in file order; warnings found on the way are not included.
     public let diagnostics: [Diagnostic]
 
+    public init(diagnostics: [Diagnostic]) {
+        self.diagnostics = diagnostics
+    }
+
     public var description: String { diagnostics.map(\.description).joined(separator: "\n") }
 }

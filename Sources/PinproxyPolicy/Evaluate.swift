@@ -166,7 +166,7 @@ public enum TrustEvaluator {
         case .hostName: return policy.validateHost ? .notReached : .notChecked
         case .pins: return policy.pinKind == .none ? .notChecked : .notReached
         case .customCheck: return policy.action == .verify && policy.verifyCommand != nil ? .notReached : .notChecked
-        case .action, .ports, .rule: return .notReached
+        case .action, .ports, .rule, .client: return .notReached
         }
     }
 
@@ -198,6 +198,22 @@ public enum TrustEvaluator {
         let outcome = check.passed ? verdict.outcome : Self.outcome(Verdict.failures(of: checks), policy: verdict.entry.policy, notes: &notes)
         return Verdict(outcome: outcome, entry: verdict.entry, checks: checks, presented: verdict.presented,
                        verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: notes)
+    }
+
+    /// `verdict` with what `[clients]` decided for the connection, applied after every other
+    /// check (the client's narrowing has its own `enforce`): an enforced client-denied refuses
+    /// whatever the verdict was; a report-only one is added to an admitting verdict's failures.
+    public static func adding(_ client: ClientDecision, to verdict: Verdict) -> Verdict {
+        let checks = verdict.checks + [CheckResult(.client, found: [Verdict.Failure(.clientDenied, client.detail)])]
+        let failures = Verdict.failures(of: checks)
+        let outcome: Verdict.Outcome
+        switch client.outcome {
+        case .allow: return verdict
+        case .refuse: outcome = .refuse(.clientDenied)
+        case .reportOnly: outcome = verdict.allowsConnection ? .reportOnly(failures[0].reason) : verdict.outcome
+        }
+        return Verdict(outcome: outcome, entry: verdict.entry, checks: checks, presented: verdict.presented,
+                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: verdict.notes)
     }
 
     /// The part of the decision that needs no connection: host-denied and port-denied (and

@@ -5,7 +5,8 @@ import PinproxyInterop
 /// parsed, pinned certificates, anchors and CRLs read. It fails closed by construction: it is
 /// built only from `Settings` that verify the chain or the host against something (see
 /// `init(_:)`), and it cannot be changed afterwards. Its settings read as its own properties
-/// (`policy.pins`).
+/// (`policy.pins`). A `mode = "tunnel"` entry is the one exception by design: the proxy relays
+/// its connections without asking for a verdict (`ConfigRules` keeps it to named hosts).
 @dynamicMemberLookup
 public struct HostPolicy: Sendable {
     /// What to do with a connection.
@@ -71,6 +72,14 @@ public struct HostPolicy: Sendable {
         }
     }
 
+    /// How a connection under the policy is carried.
+    public enum Mode: String, Sendable, CaseIterable {
+        /// Verified upstream, then relayed through pinproxy's own TLS with the client.
+        case intercept
+        /// The client's TLS relayed as it is: nothing is verified (a host entry only).
+        case tunnel
+    }
+
     /// The lowest TLS version accepted upstream.
     public enum TLSVersion: String, Sendable, CaseIterable {
         case v1_2 = "1.2"
@@ -102,6 +111,10 @@ public struct HostPolicy: Sendable {
         /// `verify_command`: the operator's own check, run after the built-in ones passed, with
         /// the verified chain on stdin (`arguments[0]` is the executable's absolute path).
         public var verifyCommand: [String]?
+        public var mode: Mode = .intercept
+        /// `client_certificate` and `client_key`: presented to an upstream that asks for a
+        /// client certificate.
+        public var clientIdentity: TLSClientIdentity?
 
         /// Every default, with the given trust and ports.
         public init(trust: Trust, ports: Set<UInt16>) {
@@ -152,7 +165,8 @@ extension HostPolicy.Settings {
                                pins.map(\.description).sorted().joined(separator: ","), "\(enforce)",
                                expires ?? "-", ports.sorted().map(String.init).joined(separator: ","),
                                minTLS.rawValue, revocation.name, "\(requireWebPKIProfile)",
-                               verifyCommand.map { $0.joined(separator: "\u{0}") } ?? "-"]
+                               verifyCommand.map { $0.joined(separator: "\u{0}") } ?? "-", mode.rawValue,
+                               clientIdentity.map { Pin(digest: $0.certificate.certificateSHA256).description } ?? "-"]
         switch trust {
         case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
         case .anchors(_, let certificates), .systemAndListed(_, let certificates):

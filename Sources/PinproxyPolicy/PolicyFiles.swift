@@ -71,6 +71,10 @@ struct PolicyFiles {
         settings.pinsExpireAt = raw.expires?.end
         settings.includeSubdomains = raw.includeSubdomains
         settings.minTLS = raw.minTLS
+        settings.mode = raw.mode
+        if let certificateFile = raw.clientCertificateFile, let keyFile = raw.clientKeyFile {
+            settings.clientIdentity = clientIdentity(raw, certificateFile: certificateFile, keyFile: keyFile, into: &findings)
+        }
 
         let pinned = contents.pinned
         settings.pinnedCertificates = pinned
@@ -211,6 +215,60 @@ struct PolicyFiles {
     static func hasCertificateExtension(_ name: [UInt8]) -> Bool {
         guard let dot = name.lastIndex(of: UInt8(ascii: ".")), dot > 0 else { return false }
         return certificateExtensions.contains(String(decoding: name[(dot + 1)...], as: UTF8.self).lowercased())
+    }
+
+    /// `client_certificate` (PEM: the certificate, then the chain sent with it) and `client_key`
+    /// (unencrypted PEM, of mode 0600 or 0400, or under `$CREDENTIALS_DIRECTORY`, where systemd's
+    /// `LoadCredential=` puts it); nil (and the errors) when they cannot be used.
+    func clientIdentity(_ raw: RawPolicy, certificateFile: String, keyFile: String, into findings: inout [Finding]) -> TLSClientIdentity? {
+        let certificatePath = resolve(certificateFile)
+        let certificates: [Certificate]
+        do {
+            certificates = try Certificate.parseAll(FilePathBytes(certificatePath).read(.certificates))
+        } catch let error as FileReadError where error == .missing {
+            findings.append(.error(raw.path + ["client_certificate"], "\(raw.name): client_certificate \"\(certificateFile)\" does not exist (\(certificatePath))"))
+            return nil
+        } catch {
+            findings.append(.error(raw.path + ["client_certificate"], "\(raw.name): client_certificate \"\(certificateFile)\" \(error)"))
+            return nil
+        }
+        let keyPath = resolve(keyFile)
+        if let problem = Self.keyFileProblem(keyPath) {
+            findings.append(.error(raw.path + ["client_key"], "\(raw.name): client_key \"\(keyFile)\" \(problem)"))
+            return nil
+        }
+        let key: PrivateKey
+        do {
+            key = try PrivateKey(pem: FilePathBytes(keyPath).read(.certificates))
+        } catch {
+            findings.append(.error(raw.path + ["client_key"], "\(raw.name): client_key \"\(keyFile)\" is not an unencrypted PEM private key (\(keyPath))"))
+            return nil
+        }
+        guard let certificate = certificates.first, key.matches(certificate) else {
+            findings.append(.error(raw.path + ["client_key"], "\(raw.name): client_key \"\(keyFile)\" is not the key of client_certificate \"\(certificateFile)\""))
+            return nil
+        }
+        return TLSClientIdentity(certificate: certificate, chain: Array(certificates.dropFirst()), key: key)
+    }
+
+    /// Why the private key at `path` may not be used: it must be a file that only its owner may
+    /// read (mode 0600 or 0400), unless systemd passed it (`$CREDENTIALS_DIRECTORY`).
+    static func keyFileProblem(_ path: String, environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return errno == ENOENT ? "does not exist (\(path))" : "cannot be read: \(String(cString: strerror(errno))) (\(path))"
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else { return "is not a regular file (\(path))" }
+        if let credentials = environment["CREDENTIALS_DIRECTORY"], !credentials.isEmpty,
+           path.hasPrefix(credentials.hasSuffix("/") ? credentials : credentials + "/") {
+            return nil
+        }
+        let mode = info.st_mode & 0o7777
+        guard mode == 0o600 || mode == 0o400 else {
+            let octal = String(mode, radix: 8)
+            return "has mode \(String(repeating: "0", count: max(0, 4 - octal.count)) + octal): a private key must be readable by its owner only (chmod 600 \(path)), or come through systemd's LoadCredential="
+        }
+        return nil
     }
 
     /// Every CRL in the listed files; nil when one cannot be used.

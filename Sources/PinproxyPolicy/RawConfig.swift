@@ -52,6 +52,10 @@ struct RawPolicy: Sendable {
     var revocation: Revocation = .off
     /// nil when `crls` is not written.
     var crlFiles: [String]?
+    var mode: HostPolicy.Mode = .intercept
+    /// `client_certificate` and `client_key` as written.
+    var clientCertificateFile: String?
+    var clientKeyFile: String?
 
     init(path: [String], name: String, pattern: HostPattern?) {
         self.path = path
@@ -94,12 +98,17 @@ extension [Finding] {
     var hasErrors: Bool { contains { $0.severity == .error } }
 }
 
-/// `hosts."api.test".pins` or `proxy.listen`: a key path as the config writes it.
+/// `hosts."api.test".pins` or `proxy.listen`: a key path as the config writes it (a quoted
+/// key with its `"` and `\` escaped).
 func displayKeyPath(_ keyPath: [String]) -> String {
     var result = ""
     for key in keyPath {
         if !result.isEmpty { result += "." }
-        if !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) { result += key } else { result += "\"\(key)\"" }
+        if !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) {
+            result += key
+        } else {
+            result += "\"" + key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }
     }
     return result
 }

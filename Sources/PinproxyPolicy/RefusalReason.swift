@@ -2,6 +2,9 @@
 /// see in the log, and the metrics carry as their `reason` label. The verdict function decides the certificate and policy
 /// reasons; the proxy decides the request, destination and upstream ones.
 public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
+    // Decided by `[clients]` (`ClientPolicy`) before the entry is consulted; report-only under
+    // the section's own `enforce = false`.
+    case clientDenied = "client-denied"
     // Decided by the verdict, in priority order for chain, host and pin checks.
     case hostDenied = "host-denied"
     case portDenied = "port-denied"
@@ -18,6 +21,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case tlsVersion = "tls-version"
     // Decided by the proxy before or around the upstream connection.
     case destinationDenied = "destination-denied"
+    /// A `mode = "tunnel"` connection whose destination cannot be bound to its name.
+    case destinationMismatch = "destination-mismatch"
     case cleartextDenied = "cleartext-denied"
     case badRequest = "bad-request"
     /// A transparent-listener client sent no SNI, and no entry names the destination's address.
@@ -44,6 +49,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     public var traits: RefusalTraits {
         switch self {
         //                                        status report policy cert  Proxy-Status error
+        // client-denied: report-only under its [clients] section's own enforce, not the entry's.
+        case .clientDenied:            return row(403, false, false, false, .httpRequestDenied)
         case .hostDenied:              return row(403, true,  true,  false, .httpRequestDenied)
         case .portDenied:              return row(403, true,  true,  false, .httpRequestDenied)
         case .untrustedChain:          return row(403, false, true,  true,  .tlsCertificateError)
@@ -56,6 +63,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .customCheck:             return row(403, true,  true,  true,  .tlsCertificateError)
         case .tlsVersion:              return row(403, false, false, false, .tlsProtocolError)
         case .destinationDenied:       return row(403, false, false, false, .destinationIPProhibited)
+        case .destinationMismatch:     return row(403, false, false, false, .destinationIPProhibited)
         case .cleartextDenied:         return row(403, false, false, false, .httpRequestDenied)
         case .badRequest:              return row(400, false, false, false, .httpRequestError)
         case .noSNI:                   return row(403, false, false, false, .httpRequestError)

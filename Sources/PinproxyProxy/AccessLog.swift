@@ -9,7 +9,9 @@ import PinproxyService
 public struct AccessLog: Sendable {
     /// Field names, in the order lines print them.
     public enum Field: String, CaseIterable, Sendable {
-        case time, level, event, client, host, port, entry, outcome, reason, status
+        case time, level, event, client
+        case clientUID = "client_uid", clientUser = "client_user", clientUnit = "client_unit", clientExe = "client_exe"
+        case host, port, entry, outcome, reason, status
         case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
         case alpn, detail
         case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"

@@ -6,14 +6,16 @@ import PinproxyService
 
 typealias LoopTimer = PinproxyInterop.Timer
 
-/// One client connection through its whole life: parse CONNECT → look up policy → resolve →
+/// One client connection through its whole life: parse CONNECT → identify the client (with
+/// `[clients]`) → look up policy → resolve →
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
-/// offer: connect → upstream TLS → evaluate again) → relay. Each step lives in the file named
-/// after it; all of them run on the connection's worker loop. A connection on the transparent
-/// listener starts otherwise: read its ClientHello (`TransparentHello.swift`) → the host from its
-/// SNI and the address from its original destination (`OriginalDestination.swift`) → connect,
-/// offering the client's own ALPN list → … → intercept without a 200 → relay.
+/// offer: connect → upstream TLS → evaluate again) → relay; for a `mode = "tunnel"` entry,
+/// connect → 200 → its ClientHello → bytes as they are (`PassThrough`). Each step lives in the
+/// file named after it; all of them run on the connection's worker loop. A connection on the
+/// transparent listener starts otherwise: read its ClientHello (`TransparentHello.swift`) → the
+/// host from its SNI and the address from its original destination (`OriginalDestination.swift`)
+/// → connect, offering the client's own ALPN list → … → intercept without a 200 → relay.
 ///
 /// The connection is a state machine. Each `State` holds what its step works with (the
 /// destination once known, the pending lookup or connect, the upstream, the verdict) and the
@@ -28,8 +30,16 @@ final class ClientConnection {
         /// Transparent listener: reading the client's ClientHello (kept buffered), within
         /// `request_timeout`; the addresses say where the client was going.
         case readingTransparentHello(ConnectionAddresses, ClientHelloReader, timer: LoopTimer)
+        /// With `[clients]`: the owner of the client's socket is known, and what can block
+        /// (its user's name, unit, program) is looked up off the loop, within
+        /// `client_identity_timeout`; the request waits with it.
+        case identifying(ClientRequest, PendingIdentity, timer: LoopTimer)
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, DNSRequest, timer: LoopTimer)
+        /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
+        /// learn whether the client's original destination is an address of the name it sent
+        /// (`TunnelDestination.swift`); its ClientHello waits in the buffer.
+        case bindingTunnel(Destination, original: SocketAddress, ClientHello, DNSRequest, timer: LoopTimer)
         /// Connecting to the checked addresses in turn, all within `connect_timeout`: for the
         /// first upstream, again for the client's ALPN offer, or for a transparent client (`opening`).
         case connecting(Destination, ConnectAttempt, Opening)
@@ -52,6 +62,12 @@ final class ClientConnection {
         /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
         /// `clientSide` (with its own timeout) and ends the connection once.
         case refusingInTLS(Subject, RefusalReason)
+        /// `mode = "tunnel"`: the upstream is connected and the 200 sent; reading the client's
+        /// ClientHello (kept buffered) within `handshake_timeout`, before a byte goes upstream.
+        case readingTunnelHello(PassThrough, ClientHelloReader, timer: LoopTimer)
+        /// `mode = "tunnel"`: the client's bytes relayed as they are (`ByteRelay`); the timer
+        /// checks `idle_timeout`.
+        case passingThrough(PassThrough, ByteRelay, idleCheck: LoopTimer)
         case closed
 
         /// For log lines about events in the wrong state.
@@ -59,7 +75,9 @@ final class ClientConnection {
             switch self {
             case .readingRequest: "reading-request"
             case .readingTransparentHello: "reading-transparent-hello"
+            case .identifying: "identifying"
             case .resolving: "resolving"
+            case .bindingTunnel: "binding-tunnel"
             case .connecting(_, _, .first): "connecting"
             case .connecting(_, _, .reopen): "reopen-connecting"
             case .connecting(_, _, .transparent): "transparent-connecting"
@@ -74,6 +92,8 @@ final class ClientConnection {
             case .relaying: "relaying"
             case .refusing: "refusing"
             case .refusingInTLS: "refusing-in-tls"
+            case .readingTunnelHello: "reading-tunnel-hello"
+            case .passingThrough: "passing-through"
             case .closed: "closed"
             }
         }
@@ -82,10 +102,10 @@ final class ClientConnection {
         /// connect). Its timer goes with the state; buffer events are closed by `close`.
         func abandonWaits() {
             switch self {
-            case .resolving(_, let request, _): request.cancel()
+            case .resolving(_, let request, _), .bindingTunnel(_, _, _, let request, _): request.cancel()
             case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .readingTransparentHello, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
-                 .relaying, .refusing, .refusingInTLS, .closed: break
+            case .readingRequest, .readingTransparentHello, .identifying, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+                 .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
             }
         }
     }
@@ -97,13 +117,18 @@ final class ClientConnection {
         var headerLines = 0
     }
 
-    /// What the CONNECT asked for, and the policy entry it falls under.
+    /// What a complete CONNECT request asks for.
+    typealias RequestTarget = (host: TargetHost, port: UInt16)
+
+    /// What the CONNECT asked for, the policy entry it falls under, and what `[clients]`
+    /// decided for its client.
     struct Destination: CustomStringConvertible {
         let host: TargetHost
         let port: UInt16
         let entry: PolicyEntry
         /// What the verdict reads besides `entry`, from the same config generation.
         let context: VerdictContext
+        let client: ClientDecision
 
         var description: String { "\(host):\(port)" }
     }
@@ -182,6 +207,9 @@ final class ClientConnection {
     let client: SocketAddress?
     /// The listener the client arrived on.
     let listener: ListenerKind
+    /// Where the client's socket is connected to on the CONNECT listener (this end of the
+    /// connection); read only when the config has `[clients]`.
+    let ourEnd: SocketAddress?
     /// The config snapshot taken at accept; a reload never changes it.
     let config: Config
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
@@ -202,6 +230,7 @@ final class ClientConnection {
         self.client = client
         self.listener = listener
         self.config = config
+        ourEnd = config.clients.isEmpty || listener == .transparent ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
         self.clientSide = try BufferEvent(loop: worker.loop, socket: socket)
     }
@@ -237,7 +266,7 @@ final class ClientConnection {
             readRequest()
         case .readingTransparentHello:
             continueTransparentHello()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
             if clientSide.inputLength > Self.maxEarlyBytes {
@@ -245,8 +274,11 @@ final class ClientConnection {
             }
         case .readingClientHello:
             continueClientHello()
+        case .readingTunnelHello:
+            continueTunnelHello()
         case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen),
-             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent):
+             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
+             .bindingTunnel:
             // The ClientHello waits in the buffer for the real handshake; more than a
             // ClientHello and some early bytes is not a client waiting for its ServerHello.
             if clientSide.inputLength > ClientHelloReader.maximumBytes + Self.maxEarlyBytes {
@@ -256,7 +288,7 @@ final class ClientConnection {
             }
         case .refusing:
             clientSide.discardInput()
-        case .clientHandshake, .relaying, .refusingInTLS, .closed:
+        case .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a read on the plain client socket")
         }
     }
@@ -266,11 +298,11 @@ final class ClientConnection {
         case .refusing:
             if clientSide.outputLength == 0 { close() }
         case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
-             .checkingCommand(_, _, _, _, .reopen):
+             .checkingCommand(_, _, _, _, .reopen), .readingTunnelHello:
             break  // the 200 has gone out
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
-             .checkingCommand(_, _, _, _, .transparent), .clientHandshake, .relaying, .refusingInTLS, .closed:
+             .checkingCommand(_, _, _, _, .transparent), .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a write completion on the plain client socket")
         }
     }
@@ -280,14 +312,15 @@ final class ClientConnection {
         case .readingRequest, .readingTransparentHello, .refusing:
             // Gone before its request (or ClientHello) was complete, or after its refusal: nothing to abandon.
             close()
-        case .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
-             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent):
+        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
+             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
+             .readingTunnelHello, .bindingTunnel:
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
         case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
             clientHandshakeFailed("the client closed the connection while the upstream was reopened for its ALPN offer: the reopened upstream is abandoned")
-        case .clientHandshake, .relaying, .refusingInTLS, .closed:
+        case .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("an event (\(events.rawValue)) on the plain client socket")
         }
     }
@@ -304,6 +337,8 @@ final class ClientConnection {
         let how = events.contains(.error) ? "reset" : "closed"
         let abandoned: String
         switch state {
+        case .identifying(let request, _, _):
+            abandoned = "while it was being identified for \(request.host):\(request.port)"
         case .resolving(let destination, _, _):
             abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
         case .connecting(let destination, let attempt, .first), .connecting(let destination, let attempt, .transparent):
@@ -312,12 +347,17 @@ final class ClientConnection {
             abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
         case .checkingCommand(let destination, let upstream, _, _, .first), .checkingCommand(let destination, let upstream, _, _, .transparent):
             abandoned = "while the verify_command for \(destination) (\(upstream.address)) ran: the upstream is closed"
+        case .readingTunnelHello(let passage, _, _):
+            abandoned = "before its ClientHello for the tunnel to \(passage.destination) (\(passage.address)) came: nothing was relayed"
+        case .bindingTunnel(let destination, _, _, _, _):
+            abandoned = "while \(destination.host) was being resolved to bind its tunnel: the DNS lookup is cancelled"
         case .readingRequest, .readingTransparentHello, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
-             .relaying, .refusing, .refusingInTLS, .closed:
+             .relaying, .refusing, .refusingInTLS, .passingThrough, .closed:
             return unexpected("the client leaving")
         }
         logDecision(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener)
+        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener,
+                                         client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
         close()
     }
 
@@ -339,6 +379,7 @@ final class ClientConnection {
     /// closing line says `reason`.
     func cut(_ reason: String) {
         if case .relaying(let tunnel, _, _) = state { tunnel.closeReason = reason }
+        if case .passingThrough(let passage, _, _) = state { passage.closeReason = reason }
         // Nothing lingers: the loop stops right after.
         clientSide.abort()
         close()
@@ -360,13 +401,24 @@ final class ClientConnection {
             relay.close()
             let destination = tunnel.destination
             worker.shared.tunnelClosed()
-            worker.shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
+            worker.shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
+                (.listener, listener.rawValue), (.host, destination.host.description),
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingTunnelHello(let passage, _, _):
+            passage.upstream.close()
+        case .passingThrough(let passage, let relay, _):
+            relay.close()
+            let destination = passage.destination
+            worker.shared.tunnelClosed()
+            worker.shared.log.emit(.info, "tunnel-closed", [
+                (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
+                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
+                (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
+            ])
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .closed:
             break
         }
         worker.remove(self)
@@ -382,16 +434,46 @@ final class ClientConnection {
         case .readingTransparentHello(let addresses, _, _):
             guard case .success(let original) = addresses.original else { return nil }
             return (.ip(original.address), original.port, nil)
-        case .resolving(let destination, _, _), .connecting(let destination, _, _), .upstreamHandshake(let destination, _, _, _),
+        case .identifying(let request, _, _):
+            return (request.host, request.port, nil)
+        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
+             .upstreamHandshake(let destination, _, _, _),
              .checkingCommand(let destination, _, _, _, _):
             return (destination.host, destination.port, destination.entry)
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
             return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)
         case .refusingInTLS(let subject, _):
             return subject
+        case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
+            return (passage.destination.host, passage.destination.port, passage.destination.entry)
         case .refusing, .closed:
             return nil
         }
+    }
+
+    /// What `[clients]` decided, once the state has a destination.
+    var clientDecision: ClientDecision? {
+        switch state {
+        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
+             .upstreamHandshake(let destination, _, _, _), .checkingCommand(let destination, _, _, _, _):
+            return destination.client
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
+            return tunnel.destination.client
+        case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
+            return passage.destination.client
+        case .readingRequest, .readingTransparentHello, .identifying, .refusing, .refusingInTLS, .closed:
+            return nil
+        }
+    }
+
+    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known.
+    static func identityFields(_ identity: ClientIdentity?) -> [(AccessLog.Field, String)] {
+        guard case .local(let client) = identity else { return [] }
+        var fields: [(AccessLog.Field, String)] = [(.clientUID, String(client.uid))]
+        if let user = client.user { fields.append((.clientUser, user)) }
+        if let unit = client.unit { fields.append((.clientUnit, unit)) }
+        if let exe = client.exe { fields.append((.clientExe, exe)) }
+        return fields
     }
 
     /// A line about this connection that is not its decision.

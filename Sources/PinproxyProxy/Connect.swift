@@ -33,6 +33,9 @@ extension ClientConnection {
         case .success(let socket):
             // Registered before its ClientHello goes out, so that a capture loop is recognised.
             let own = worker.shared.ownUpstreams?.register(socket)
+            if destination.entry.policy.mode == .tunnel {
+                return openPassThrough(socket: socket, address: address, for: destination, opening: opening, own: own)
+            }
             return startUpstreamTLS(socket: socket, address: address, for: destination, opening: opening, own: own)
         case .failure(.timedOut):
             attempt.failures.append("\(address): timed out")

@@ -7,20 +7,23 @@ import PinproxyPolicy
 /// `concurrency` commands run at once, at most `queueLimit` wait (more are refused at once as
 /// `custom-check`), each is killed after its timeout, and the answers of commands that exited
 /// are cached for the cache time of the config the connection runs under. A cached answer
-/// belongs to one loaded entry: a reload forgets them all.
+/// belongs to one loaded entry (a reload forgets them all) and to one client identity, which
+/// the command is told.
 public final class CustomChecks: Sendable {
     /// What an answer is cached under: the entry as loaded (a reload makes new entries), host,
-    /// port, command and the verified chain's certificate digests.
+    /// port, command, the verified chain's certificate digests and the client the command is
+    /// told of (its `PINPROXY_CLIENT*` variables).
     struct Key: Hashable, Sendable {
         let entry: PolicyEntry
         let host: String
         let port: UInt16
         let command: [String]
         let chain: [[UInt8]]
+        let client: [String: String]
 
         static func == (left: Key, right: Key) -> Bool {
             left.entry === right.entry && left.host == right.host && left.port == right.port
-                && left.command == right.command && left.chain == right.chain
+                && left.command == right.command && left.chain == right.chain && left.client == right.client
         }
 
         func hash(into hasher: inout Hasher) {
@@ -29,6 +32,7 @@ public final class CustomChecks: Sendable {
             hasher.combine(port)
             hasher.combine(command)
             hasher.combine(chain)
+            hasher.combine(client)
         }
     }
 
@@ -61,14 +65,15 @@ public final class CustomChecks: Sendable {
     }
 
     /// Checks `chain` (the verified chain, leaf first) for `host`:`port` with `entry`'s
-    /// `command`, and calls `done` on `loop` with the answer. A `cacheSeconds` of 0 never reads
-    /// the cache.
+    /// `command`, telling it of `client`, and calls `done` on `loop` with the answer. A
+    /// `cacheSeconds` of 0 never reads the cache.
     func check(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
-               timeout: TimeInterval, cacheSeconds: TimeInterval, on loop: EventLoop,
+               client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval, on loop: EventLoop,
                done: @escaping (CustomCheckResult) -> Void) {
         let done = OnLoop(done)
         let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        let key = Key(entry: entry, host: name, port: port, command: command, chain: chain.map(\.certificateSHA256))
+        let key = Key(entry: entry, host: name, port: port, command: command, chain: chain.map(\.certificateSHA256),
+                      client: Self.environment(for: client))
         let now = ProcessLimits.monotonicSeconds()
         let admitted: (cached: CustomCheckResult?, generation: Int) = state.withLock { state in
             if cacheSeconds > 0, let hit = state.cache[key], hit.expires > now { return (hit.result, state.generation) }
@@ -82,7 +87,7 @@ public final class CustomChecks: Sendable {
         let input = Array(chain.map(\.pem).joined().utf8)
         queue.async { [self] in
             slots.wait()
-            let answer = Self.answer(command, host: name, port: port, input: input, timeout: timeout)
+            let answer = Self.answer(command, host: name, port: port, client: key.client, input: input, timeout: timeout)
             slots.signal()
             let expires = ProcessLimits.monotonicSeconds() + cacheSeconds
             state.withLock { state in
@@ -103,14 +108,33 @@ public final class CustomChecks: Sendable {
         }
     }
 
-    /// Runs `command` once, blocking; also what `pinproxy evaluate` calls.
-    public static func run(_ command: [String], host: String, port: UInt16, input: [UInt8], timeout: TimeInterval) -> CustomCheckResult {
-        answer(command, host: host, port: port, input: input, timeout: timeout).result
+    /// What the command is told about the client: `PINPROXY_CLIENT` (`local`, `unknown` or
+    /// `remote`) and, for a local one, `PINPROXY_CLIENT_UID`, `_USER`, `_UNIT` and `_EXE` as far
+    /// as they are known. Nothing without `[clients]`.
+    public static func environment(for client: ClientIdentity?) -> [String: String] {
+        switch client {
+        case nil: return [:]
+        case .unknown: return ["PINPROXY_CLIENT": "unknown"]
+        case .remote: return ["PINPROXY_CLIENT": "remote"]
+        case .local(let local):
+            var variables = ["PINPROXY_CLIENT": "local", "PINPROXY_CLIENT_UID": String(local.uid)]
+            variables["PINPROXY_CLIENT_USER"] = local.user
+            variables["PINPROXY_CLIENT_UNIT"] = local.unit
+            variables["PINPROXY_CLIENT_EXE"] = local.exe
+            return variables
+        }
     }
 
-    static func answer(_ command: [String], host: String, port: UInt16, input: [UInt8], timeout: TimeInterval) -> Answer {
+    /// Runs `command` once, blocking; also what `pinproxy evaluate` calls.
+    public static func run(_ command: [String], host: String, port: UInt16, client: [String: String] = [:], input: [UInt8],
+                           timeout: TimeInterval) -> CustomCheckResult {
+        answer(command, host: host, port: port, client: client, input: input, timeout: timeout).result
+    }
+
+    static func answer(_ command: [String], host: String, port: UInt16, client: [String: String] = [:], input: [UInt8],
+                       timeout: TimeInterval) -> Answer {
         let environment = ["PINPROXY_HOST": host, "PINPROXY_PORT": String(port),
-                           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+                           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"].merging(client) { first, _ in first }
         let outcome: ChildProcess.Outcome
         do {
             outcome = try ChildProcess.run(command, environment: environment, input: input, timeout: timeout)
@@ -132,7 +156,7 @@ public final class CustomChecks: Sendable {
 
 /// A closure that belongs to one event loop's thread, carried through other threads only to be
 /// posted back to that loop and called there.
-private final class OnLoop<Argument>: @unchecked Sendable {
+final class OnLoop<Argument>: @unchecked Sendable {
     private let body: (Argument) -> Void
 
     init(_ body: @escaping (Argument) -> Void) {

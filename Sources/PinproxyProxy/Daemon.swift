@@ -28,6 +28,9 @@ public final class Daemon {
     public init(configPath: String?, config: Config) throws {
         self.configPath = configPath
         self.settings = config.proxy
+        let environment = ClientIdentityEnvironment.problems(in: config)
+        let environmentErrors = environment.filter { $0.severity == .error }
+        if !environmentErrors.isEmpty { throw ConfigError(diagnostics: environmentErrors) }
         let log = AccessLog(format: config.proxy.logFormat)
         let caDirectory = config.proxy.caDirectory ?? LocalCA.defaultDirectory()
         let localCA = try LocalCA.openOrCreate(directory: caDirectory)
@@ -88,7 +91,7 @@ public final class Daemon {
         for warning in localCA.warnings {
             log.emit(.warning, "local-ca", [(.detail, warning)])
         }
-        for warning in config.warnings {
+        for warning in config.warnings + environment {
             log.emit(.warning, "config-warning", [(.config, config.path), (.warning, warning.description)])
         }
         log.emit(.info, "started", [(.config, config.path), (.entries, String(config.policies.entries.count)),
@@ -193,6 +196,9 @@ public final class Daemon {
             shared.customChecks.forgetAnswers()
             do throws(ConfigError) {
                 let config = try ConfigLoader.load(path: configPath)
+                let environment = ClientIdentityEnvironment.problems(in: config)
+                let environmentErrors = environment.filter { $0.severity == .error }
+                if !environmentErrors.isEmpty { throw ConfigError(diagnostics: environmentErrors) }
                 shared.policy.replace(with: config)
                 shared.metrics.reload(ok: true)
                 shared.metrics.policyInForce(config.policies)
@@ -200,7 +206,7 @@ public final class Daemon {
                 let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.fingerprint))
                 shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
                 shared.log.emit(.info, "reload", [(.outcome, "ok"), (.config, configPath), (.entries, String(config.policies.entries.count))])
-                for warning in config.warnings {
+                for warning in config.warnings + environment {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])
                 }
                 let restartOnly = Self.restartOnlyChanges(from: settings, to: config.proxy)

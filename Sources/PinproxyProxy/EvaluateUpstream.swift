@@ -28,10 +28,11 @@ extension ClientConnection {
         admit(verdict, upstream: upstream, for: destination, opening: opening)
     }
 
-    /// The verdict admits the upstream: its session may be resumed, and the client's side goes on.
+    /// The verdict admits the upstream: its session may be resumed, and the client's side goes
+    /// on. A report-only client-denied joins the verdict here, after every other check.
     private func admit(_ verdict: Verdict, upstream: Upstream, for destination: Destination, opening: Opening) {
         upstream.connection.admitSession()
-        let tunnel = Tunnel(destination: destination, upstream: upstream, verdict: verdict)
+        let tunnel = Tunnel(destination: destination, upstream: upstream, verdict: TrustEvaluator.adding(destination.client, to: verdict))
         switch opening {
         case .first: intercept(tunnel)
         case .reopen(let hello, let first): admitReopened(tunnel, for: hello, after: first)
@@ -47,7 +48,8 @@ extension ClientConnection {
         let timer = LoopTimer(loop: worker.loop, after: patience) { [weak self] in self?.customCheckTimedOut() }
         enter(.checkingCommand(destination, upstream, verdict, timer: timer, opening))
         worker.shared.customChecks.check(command, entry: destination.entry, chain: verdict.verified, host: destination.host, port: destination.port,
-                                         timeout: settings.verifyCommandTimeout, cacheSeconds: settings.verifyCommandCache,
+                                         client: destination.client.identity, timeout: settings.verifyCommandTimeout,
+                                         cacheSeconds: settings.verifyCommandCache,
                                          on: worker.loop) { [weak self] result in self?.customCheckAnswered(result) }
     }
 

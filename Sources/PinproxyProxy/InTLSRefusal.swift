@@ -5,10 +5,13 @@ import PinproxyService
 
 /// `refusal = "in-tls"`: a refusal delivered inside the client's TLS, for clients that print
 /// only a CONNECT status (curl, git). It answers 200, completes the client's TLS with a leaf
-/// minted for the CONNECT host, reads the client's request head, sends the refusal page (an
-/// HTTP 403/502/504 with `Connection: close`), says close_notify, and lets the client close
-/// first (or `timeout` pass) so that the page is never lost to a reset. The upstream plays no
-/// part: the caller closes it before starting this, and nothing here can reach it.
+/// minted for the CONNECT host, selecting h2 when the client offers it (else http/1.1), and
+/// answers in that protocol: over HTTP/1.1 it reads the client's request head and sends the
+/// refusal page (an HTTP 403/502/504 with `Connection: close`); over h2 `HTTP2Refusal` answers
+/// the first stream (a gRPC request in gRPC's terms) and sends GOAWAY. Then it says
+/// close_notify, and lets the client close first (or `timeout` pass) so that the answer is never
+/// lost to a reset. The upstream plays no part: the caller closes it before starting this, and
+/// nothing here can reach it.
 ///
 /// The responder keeps itself alive through the callbacks of the TLS connection it returns;
 /// it ends by calling `finished` once, after which the caller closes that connection.
@@ -19,6 +22,8 @@ final class InTLSRefusal {
         case answered
         /// The client's TLS handshake failed (e.g. it does not trust the pinproxy CA).
         case handshakeFailed(String)
+        /// The client's HTTP/2 could not be answered (malformed, too large, or ended first).
+        case http2Failed(String)
         /// The client closed before its request was complete.
         case clientClosed
         /// No handshake, or no complete request, within the timeout.
@@ -42,6 +47,8 @@ final class InTLSRefusal {
     private var timer: PinproxyInterop.Timer?
     private var headLines = 0
     private var isHead = false
+    /// Over h2: the HTTP/2 side of the exchange.
+    private var http2: HTTP2Refusal?
 
     private init(loop: EventLoop, tls: BufferEvent, page: RefusalResponse.Page, timeout: TimeInterval,
                  finished: @escaping (Outcome) -> Void) {
@@ -62,7 +69,7 @@ final class InTLSRefusal {
                       finished: @escaping (Outcome) -> Void) throws -> BufferEvent {
         if answerConnect { client.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8)) }
         let tls = try client.acceptTLS(loop: loop, context: context, certificate: leaf.certificate, key: leaf.key,
-                                       serverName: serverName, applicationProtocol: .http11, bufferLimit: bufferLimit)
+                                       serverName: serverName, applicationProtocols: [.h2, .http11], bufferLimit: bufferLimit)
         let responder = InTLSRefusal(loop: loop, tls: tls, page: page, timeout: timeout, finished: finished)
         responder.awaitHandshake()
         return tls
@@ -75,38 +82,76 @@ final class InTLSRefusal {
             guard events.contains(.connected) else { return finish(.handshakeFailed(tls.takeTLSErrors().description)) }
             state = .readingRequest
             restartTimer()
+            if tls.selectedProtocol == .h2 { return startHTTP2() }
             tls.onRead = { [self] in readRequest() }
             tls.setReading(true)
             readRequest()
         }
     }
 
-    /// Reads the request head line by line; sends the page at its end (or at a line that is
-    /// too long, not text, or one too many).
+    /// Over h2: the server's SETTINGS at once, then the client's frames until its first request
+    /// is answered.
+    private func startHTTP2() {
+        do {
+            let refusal = try HTTP2Refusal(page: page)
+            http2 = refusal
+            tls.write(refusal.start())
+        } catch {
+            return finish(.http2Failed("\(error)"))
+        }
+        tls.onRead = { [self] in readHTTP2() }
+        tls.setReading(true)
+        readHTTP2()
+    }
+
+    private func readHTTP2() {
+        guard state == .readingRequest, let http2 else { return }
+        while case let bytes = tls.read(maxLength: 16 * 1024), !bytes.isEmpty {
+            let output = http2.receive(bytes)
+            switch http2.progress {
+            case .reading:
+                tls.write(output)
+            case .answered:
+                return send(output)
+            case .failed(let why):
+                tls.write(output)
+                return finish(.http2Failed(why))
+            }
+        }
+    }
+
+    /// Over HTTP/1.1: reads the request head line by line; sends the page at its end (or at a
+    /// line that is too long, not text, or one too many).
     private func readRequest() {
         while state == .readingRequest {
             switch tls.readLine(maxLength: Self.maximumLineBytes) {
             case .incomplete:
                 return
             case .tooLong, .notText:
-                return send()
+                return sendPage()
             case .line(let text):
                 if headLines == 0 && text.isEmpty { continue }  // stray CRLF before the request line
                 if headLines == 0 { isHead = text.hasPrefix("HEAD ") }
                 headLines += 1
-                if text.isEmpty || headLines > Self.maximumHeadLines { return send() }
+                if text.isEmpty || headLines > Self.maximumHeadLines { return sendPage() }
             }
         }
     }
 
-    private func send() {
+    private func sendPage() {
+        send(RefusalResponse.inTLSResponse(page, includeBody: !isHead))
+    }
+
+    /// Writes the last of the answer; once it has all gone out, `drain`.
+    private func send(_ answer: [UInt8]) {
         state = .sending
         tls.discardInput()
         tls.setWriteLowWatermark(0)
         tls.onWrite = { [self] in
             if state == .sending && tls.outputLength == 0 { drain() }
         }
-        tls.write(RefusalResponse.inTLSResponse(page, includeBody: !isHead))
+        tls.write(answer)
+        if tls.outputLength == 0 { drain() }
     }
 
     /// The page is out: close_notify, then discard whatever the client still sends until it
@@ -163,7 +208,7 @@ extension ClientConnection {
             pins: policy?.pins.map(\.description) ?? [], captured: listener == .transparent)
         enter(.refusingInTLS(subject, reason))
         do {
-            let leaf = try worker.shared.localCA.leaf(for: subject.host)
+            let leaf = try worker.shared.leaf(for: subject.host)
             clientSide = try InTLSRefusal.start(
                 client: clientSide, answerConnect: listener == .connect, loop: worker.loop, context: worker.shared.interceptTLS, leaf: leaf,
                 serverName: subject.host.serverName, bufferLimit: config.proxy.relayBufferBytes,
@@ -184,6 +229,8 @@ extension ClientConnection {
             logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the refusal page was sent inside the client's TLS")
         case .handshakeFailed(let failure):
             logEvent(.warning, "client-handshake-failed", detail: "\(failure) (does the client trust the pinproxy CA? see `pinproxy ca`)")
+        case .http2Failed(let why):
+            logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): \(why): closed")
         case .clientClosed:
             logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the client closed before its request was complete")
         case .timedOut:

@@ -30,19 +30,28 @@ extension ClientConnection {
         let verdict = tunnel.verdict
         let outcome: ConnectionOutcome = verdict.outcome == .allow ? .allowed : .reportOnly
         let resumed = tunnel.upstream.connection.sessionReused
-        var detail = ([note].compactMap { $0 } + verdict.notes + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
+        // A TLS 1.3 server that requires a certificate says so only after the handshake, by closing.
+        let unanswered = tunnel.upstream.connection.clientCertificateRequested && tunnel.destination.entry.policy.clientIdentity == nil
+            ? ["the upstream asked for a client certificate and \(tunnel.destination.entry.name) has none to give (client_certificate): it may close the connection"]
+            : []
+        let client = tunnel.destination.client
+        // An unknown client a [clients."unknown"] section admitted: the line says so.
+        var unknown: [String] = []
+        if let identity = client.identity, case .unknown = identity { unknown = ["client \(identity)"] }
+        var detail = ([note].compactMap { $0 } + unknown + verdict.notes + unanswered + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
                     reopenChange: reopenChange)
         guard note == nil else { return }
-        worker.shared.report(verdict, host: tunnel.destination.host, port: tunnel.destination.port)
+        report(verdict, host: tunnel.destination.host, port: tunnel.destination.port, client: client)
         if let reason = verdict.reason {
-            worker.shared.metrics.connection(outcome: .reportOnly, reason: reason, listener: listener)
-            worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true)
+            worker.shared.metrics.connection(outcome: .reportOnly, reason: reason, listener: listener, client: client.metricLabel)
+            worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true,
+                                          client: client.metricLabel)
         } else {
-            worker.shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener)
+            worker.shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener, client: client.metricLabel)
         }
     }
 
@@ -54,9 +63,9 @@ extension ClientConnection {
         let host = tunnel.destination.host
         let tls: BufferEvent
         do {
-            let leaf = try worker.shared.localCA.leaf(for: host)
+            let leaf = try worker.shared.leaf(for: host)
             tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
-                                           key: leaf.key, serverName: host.serverName, applicationProtocol: tunnel.applicationProtocol,
+                                           key: leaf.key, serverName: host.serverName, applicationProtocols: tunnel.applicationProtocol.map { [$0] } ?? [],
                                            bufferLimit: config.proxy.relayBufferBytes)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
@@ -88,8 +97,8 @@ extension ClientConnection {
         switch state {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting, .upstreamHandshake, .checkingCommand, .relaying,
-             .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .upstreamHandshake, .checkingCommand, .relaying,
+             .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("the client handshake timer")
         }
     }

@@ -4,7 +4,8 @@ import PinproxyPolicy
 
 /// The local interception CA: an ECDSA P-256 key and self-signed certificate kept in
 /// `ca_dir` (directory 0700, key 0600), created on first start and stable across restarts.
-/// It mints one leaf per CONNECT host, each with a key of its own, and caches them.
+/// It mints one leaf per CONNECT host, each with a key of its own, and caches them, within
+/// `cacheLimit` leaves and `cacheByteLimit` bytes (least recently used first out).
 public final class LocalCA: Sendable {
     /// The CA certificate file clients are told to trust.
     public let certificatePath: String
@@ -13,7 +14,7 @@ public final class LocalCA: Sendable {
     /// What the operator should know about this CA (one opened without a serverAuth EKU).
     public let warnings: [String]
     private let key: PrivateKey
-    private let minted = Locked<[TargetHost: MintedLeaf]>([:])
+    private let minted: Locked<MintedLeafCache>
 
     /// A minted leaf and its key.
     public struct MintedLeaf: Sendable {
@@ -23,8 +24,10 @@ public final class LocalCA: Sendable {
 
     /// How long a minted leaf is valid; it is minted again when less than a day is left.
     static let leafLifetime: TimeInterval = 30 * 86_400
-    /// Minted leaves kept at most; past this the cache starts over.
+    /// Minted leaves kept at most, and the bytes they may take (certificate DER and key PEM:
+    /// 690 bytes for a 6-character name, 920 bytes for a 248-character one).
     static let cacheLimit = 10_000
+    static let cacheByteLimit = 8 << 20
 
     public static let certificateName = "ca.pem"
     static let keyName = "ca.key"
@@ -153,15 +156,17 @@ public final class LocalCA: Sendable {
     }
 
     private init(certificatePath: String, certificate: Certificate, key: PrivateKey, warnings: [String]) {
+        minted = Locked(MintedLeafCache(maximumCount: Self.cacheLimit, maximumBytes: Self.cacheByteLimit))
         self.certificatePath = certificatePath
         self.certificate = certificate
         self.key = key
         self.warnings = warnings
     }
 
-    /// The cached leaf for `host`, minted now if absent or about to expire.
-    public func leaf(for host: TargetHost, now: Date = Date()) throws -> MintedLeaf {
-        if let cached = minted.withLock({ $0[host] }), cached.certificate.notAfter.timeIntervalSince(now) > 86_400 {
+    /// The cached leaf for `host`, minted now if absent or about to expire (`onMint` is then
+    /// called, for the metrics).
+    public func leaf(for host: TargetHost, now: Date = Date(), onMint: () -> Void = {}) throws -> MintedLeaf {
+        if let cached = minted.withLock({ $0.leaf(for: host) }), cached.certificate.notAfter.timeIntervalSince(now) > 86_400 {
             return cached
         }
         let key = try PrivateKey.generateP256()
@@ -173,10 +178,9 @@ public final class LocalCA: Sendable {
         let leaf = MintedLeaf(certificate: try CertificateBuilder.makeLeaf(for: name, key: key, issuer: certificate, issuerKey: self.key,
                                                                             notBefore: now.addingTimeInterval(-3_600), notAfter: notAfter),
                               key: key)
-        minted.withLock { cache in
-            if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
-            cache[host] = leaf
-        }
+        let bytes = leaf.certificate.der.count + key.pem.utf8.count
+        minted.withLock { $0.insert(leaf, bytes: bytes, for: host) }
+        onMint()
         return leaf
     }
 }

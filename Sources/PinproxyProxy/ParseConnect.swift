@@ -99,7 +99,7 @@ extension ClientConnection {
                 }
                 if line.isEmpty {
                     // The request is complete: the next state drops request_timeout's timer.
-                    return lookUpPolicy(host: target.host, port: target.port)
+                    return identifyClient(.connect(target))
                 }
                 head.headerBytes += line.utf8.count + 2
                 head.headerLines += 1

@@ -1,3 +1,4 @@
+import PinproxyInterop
 import PinproxyPolicy
 
 /// What a refused client gets. The status line is built so that clients which print only the
@@ -97,6 +98,53 @@ extension RefusalResponse {
                  includeBody: includeBody)
     }
 
+    /// The HTTP/2 response fields of the page (`inTLSBody`, `contentLength` bytes): the
+    /// refusal's status, `pinproxy-refusal`, `proxy-status` and the HTTP/1.1 answer's other
+    /// fields (HTTP/2 has no reason phrase and no `Connection`).
+    static func http2Fields(_ page: Page, contentLength: Int) -> [HTTP2ServerSession.Field] {
+        [.init(":status", String(page.status)), .init("pinproxy-refusal", page.reason.rawValue), .init("proxy-status", page.proxyStatus),
+         .init("content-type", "text/plain; charset=utf-8"), .init("x-content-type-options", "nosniff"),
+         .init("cache-control", "no-store"), .init("content-length", String(contentLength))]
+    }
+
+    /// A gRPC Trailers-Only response (one header block that ends the stream): `:status 200`,
+    /// `content-type: application/grpc`, the `grpc-status` of `grpcStatus`, and the page's first
+    /// two lines, percent-encoded, as `grpc-message`, which gRPC clients print; and
+    /// `pinproxy-refusal` and `proxy-status` as on every refusal.
+    static func grpcFields(_ page: Page) -> [HTTP2ServerSession.Field] {
+        [.init(":status", "200"), .init("content-type", "application/grpc"), .init("grpc-status", String(grpcStatus(page.status))),
+         .init("grpc-message", percentEncoded(grpcMessage(page))), .init("pinproxy-refusal", page.reason.rawValue),
+         .init("proxy-status", page.proxyStatus)]
+    }
+
+    /// gRPC's code for a refusal of HTTP status `status`: 14 (UNAVAILABLE) for the upstream
+    /// failures (502, 504), 7 (PERMISSION_DENIED) for the policy and certificate refusals.
+    static func grpcStatus(_ status: Int) -> Int {
+        status >= 500 ? 14 : 7
+    }
+
+    /// `pinproxy refused HOST:PORT: REASON (DETAIL)`, the detail cut to `maximumGRPCDetail` characters.
+    static func grpcMessage(_ page: Page) -> String {
+        "pinproxy refused \(sanitizedHost(page.host)):\(page.port): \(page.reason.rawValue) (\(printable(page.detail, limit: maximumGRPCDetail)))"
+    }
+
+    static let maximumGRPCDetail = 1_000
+
+    /// TEXT as gRPC's Percent-Encoded: every UTF-8 byte outside printable ASCII (0x20 to 0x7E),
+    /// and `%` itself, as `%XX`.
+    static func percentEncoded(_ text: String) -> String {
+        var result = ""
+        for byte in text.utf8 {
+            if byte >= 0x20 && byte <= 0x7E && byte != UInt8(ascii: "%") {
+                result.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                let hex = String(byte, radix: 16, uppercase: true)
+                result += "%" + (hex.count == 1 ? "0" + hex : hex)
+            }
+        }
+        return result
+    }
+
     static func inTLSBody(_ page: Page) -> String {
         let host = sanitizedHost(page.host)
         let config = printable(page.configPath, limit: 300)
@@ -149,10 +197,14 @@ extension RefusalResponse {
             return "the server does not offer the entry's min_tls: see min_tls in \(entry) of \(config)."
         case .hostDenied:
             return "add a [hosts.\"\(host)\"] entry to \(config) (or change its deny); \(apply)"
+        case .clientDenied:
+            return "a [clients] section of \(config) (named above) does not let this client reach \(host): add it to that section's allow, or take it out of its deny; \(apply)"
         case .portDenied:
             return "add \(page.port) to ports in \(entry), or to allow_ports in [proxy], of \(config); \(apply)"
         case .destinationDenied:
             return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
+        case .destinationMismatch:
+            return "\(entry) has mode = \"tunnel\", which relays only connections bound to its name: the address the client went to must be one \(host) resolves to (for pinproxy: [resolve] in \(config), or DNS), and its ClientHello may not hide the name it is for (encrypted_client_hello)."
         case .noSNI:
             return "the client named no host (no SNI): add a [hosts.\"\(host)\"] entry for the address it connected to, in \(config); \(apply)"
         case .captureLoop:

@@ -9,7 +9,8 @@ extension ClientConnection {
     /// `destination` names the entry when the state does not hold it yet; `proxyError`
     /// overrides the reason's `Proxy-Status` error type.
     func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil, proxyError: ProxyStatusError? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), proxyError: proxyError)
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), proxyError: proxyError,
+                    client: destination?.client)
     }
 
     /// Step 7 (refused): a refusal about `subject`, which the state does not hold (a
@@ -23,7 +24,7 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, subject: destination.map(Self.subject), proxyError: nil)
+                    alpn: alpn, subject: destination.map(Self.subject), proxyError: nil, client: destination?.client)
     }
 
     private static func subject(_ destination: Destination) -> Subject {
@@ -37,29 +38,36 @@ extension ClientConnection {
     /// only closed. An upstream reopened for the client's ALPN offer is refused after the 200:
     /// the client's handshake is cut off.
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?,
-                             proxyError: ProxyStatusError?) {
+                             proxyError: ProxyStatusError?, client givenClient: ClientDecision? = nil) {
         switch state {
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
              .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
              .checkingCommand(_, _, _, _, .transparent):
             break
         case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
              .checkingCommand(_, _, _, _, .reopen(_, let first)):
             return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn, after: first)
-        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = given ?? logSubject
-        logDecision(outcome: .refused, reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn, subject: subject)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
-        worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
-        if let verdict, let subject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
+        let client = givenClient ?? clientDecision
+        let label = client?.metricLabel ?? ProxyMetrics.noClientLabel
+        logDecision(outcome: .refused, reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn,
+                    subject: subject, client: client)
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
+        worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
+                                      client: label)
+        if let verdict, let subject { report(verdict, host: subject.host, port: subject.port, client: client) }
         switch state {
         case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
         default: break
         }
         let proxyStatus = ProxyStatus.value(reason: reason, detail: detail, error: proxyError)
-        if config.proxy.refusal == .inTLS || listener == .transparent, reason != .badRequest, let subject {
+        // On the transparent listener there is no CONNECT to answer. A tunnel entry's client checks
+        // its own server: a page behind pinproxy's leaf is no use to it, the CONNECT answer is.
+        let inTLS = listener == .transparent || (config.proxy.refusal == .inTLS && subject?.entry?.policy.mode != .tunnel)
+        if inTLS, reason != .badRequest, let subject {
             return refuseInTLS(subject, reason: reason, detail: detail, proxyStatus: proxyStatus, verdict: verdict)
         }
         if listener == .transparent { return close() }
@@ -78,9 +86,11 @@ extension ClientConnection {
     /// its 200 (for the `first` outcome), so the client's TLS handshake is cut off, and nothing
     /// is relayed. A refusal by the verdict is a verdict changed on reopen.
     private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, after first: Verdict.Outcome) {
-        if let verdict, let subject = logSubject { worker.shared.report(verdict, host: subject.host, port: subject.port) }
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
-        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        if let verdict, let subject = logSubject { report(verdict, host: subject.host, port: subject.port, client: clientDecision) }
+        let label = clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel
+        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
+        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
+                                      client: label)
         // The first upstream was admitted, so a refusal by the verdict always changes it.
         let changed = verdict.flatMap { $0.outcome != first ? $0.outcome : nil }
         if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
@@ -88,6 +98,12 @@ extension ClientConnection {
                     detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
                     verdict: verdict, alpn: alpn, reopenChange: changed)
         close()
+    }
+
+    /// A pin-failure report on `verdict`, carrying the client's identity when
+    /// `report_client_identity` says so.
+    func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientDecision?) {
+        worker.shared.report(verdict, host: host, port: port, client: config.proxy.reportClientIdentity ? client?.identity : nil)
     }
 
     private func refusalGraceOver() {
@@ -112,11 +128,15 @@ extension ClientConnection {
     /// logged once per start: a loop must not turn into a flood of lines. `verdict` gives what the
     /// upstream presented and the path OpenSSL verified; `reopenChange` is a reopened upstream's
     /// outcome when it differs from the first upstream's, which the 200 described
-    /// (`reopen_outcome`, `reopen_reason`).
+    /// (`reopen_outcome`, `reopen_reason`). A local client's identity (`[clients]`) is on every
+    /// line: `client_uid`, `client_user`, `client_unit`, `client_exe`, as far as each is known.
     func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
-                     alpn: ALPNProtocol? = nil, subject: Subject? = nil, reopenChange: Verdict.Outcome? = nil) {
+                     alpn: ALPNProtocol? = nil, subject: Subject? = nil, client decision: ClientDecision? = nil,
+                     reopenChange: Verdict.Outcome? = nil) {
         if reason == .captureLoop, worker.shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
-        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-"), (.listener, listener.rawValue)]
+        var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        fields += Self.identityFields((decision ?? clientDecision)?.identity)
+        fields.append((.listener, listener.rawValue))
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }

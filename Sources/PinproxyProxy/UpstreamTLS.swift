@@ -5,7 +5,8 @@ import PinproxyPolicy
 extension ClientConnection {
     /// Step 5b: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
     /// literals), ALPN `opening.offer` (h2, http/1.1; the client's own offer when reopened for
-    /// it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`.
+    /// it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
+    /// the entry's `client_certificate` for a server that asks for one.
     /// Renegotiation is refused (see `upstreamRenegotiationAttempted`).
     func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening,
                           own: OwnUpstreams.Registration?) {
@@ -18,6 +19,7 @@ extension ClientConnection {
                                                     serverName: destination.host.serverName,
                                                     minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
                                                     requestOCSPStaple: requestStaple, alpn: offer,
+                                                    clientIdentity: entry.policy.clientIdentity,
                                                     sessions: requestStaple ? nil : worker.shared.sessions, sessionKey: sessionKey(for: destination))
         } catch {
             return refuse(.handshakeFailed, "cannot start TLS: \(error)")
@@ -52,7 +54,7 @@ extension ClientConnection {
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
             close()
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting, .relaying, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream event (\(events.rawValue))")
         }
     }
@@ -74,7 +76,7 @@ extension ClientConnection {
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
             tunnel.closeReason = "upstream renegotiation refused"
             close()
-        case .readingRequest, .readingTransparentHello, .resolving, .connecting, .refusing, .refusingInTLS, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream renegotiation request")
         }
     }

@@ -24,6 +24,8 @@ final class SharedState: Sendable {
     let reports: PinFailureReporter?
     /// The runner of entries' `verify_command`s.
     let customChecks: CustomChecks
+    /// What identifying clients looks up off the loops, and its caches (`[clients]`).
+    let identityLookups = IdentityLookups()
     /// The daemon's upstream sockets, while a transparent listener is on (capture loops).
     let ownUpstreams: OwnUpstreams?
     /// The transparent listeners' addresses, as bound at start (`transparent_listen` is restart-only).
@@ -67,10 +69,16 @@ final class SharedState: Sendable {
     }
 
     /// Sends a pin-failure report for `verdict`, when a certificate reason refused (or would
-    /// have refused) the connection to `host`:`port`.
-    func report(_ verdict: Verdict, host: TargetHost, port: UInt16) {
+    /// have refused) the connection to `host`:`port`; `client` is the identity it carries
+    /// (`report_client_identity`), if any.
+    func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientIdentity?) {
         guard let reports, let reason = verdict.reason, reason.traits.isCertificateReason else { return }
-        reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date()) }
+        reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date(), client: client) }
+    }
+
+    /// The local CA's leaf for `host` (minted now if it has none fit for use, and counted).
+    func leaf(for host: TargetHost) throws -> LocalCA.MintedLeaf {
+        try localCA.leaf(for: host) { metrics.leafMinted() }
     }
 
     func tunnelOpened() {
@@ -92,6 +100,8 @@ final class Worker: @unchecked Sendable {
     /// not on the loop at the first lookup.
     let resolver: DNSResolver
     let shared: SharedState
+    /// Who this worker's clients are (`[clients]`).
+    let identifier: ClientIdentifier
     private var listeners: [(listener: Listener, kind: ListenerKind)] = []
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var heartbeatTimer: PinproxyInterop.Timer?
@@ -109,6 +119,7 @@ final class Worker: @unchecked Sendable {
         self.shared = shared
         loop = try EventLoop()
         resolver = try DNSResolver(loop: loop)
+        identifier = ClientIdentifier(lookups: shared.identityLookups)
         beat()
         heartbeatTimer = PinproxyInterop.Timer(loop: loop, after: Self.heartbeatInterval, repeats: true) { [unowned self] in self.beat() }
     }

@@ -7,14 +7,14 @@ import Prometheus
 /// reason, entry, detail and whether the connection was refused or only reported.
 public enum PinFailureReport {
     /// The report on `verdict` for a connection to `host`:`port` at `time`, as one JSON object;
-    /// nil if it cannot be serialised.
-    public static func json(verdict: Verdict, host: TargetHost, port: UInt16, at time: Date) -> Data? {
+    /// with `client`, it says who the client was (`pinproxy-client`); nil if it cannot be serialised.
+    public static func json(verdict: Verdict, host: TargetHost, port: UInt16, at time: Date, client: ClientIdentity? = nil) -> Data? {
         let policy = verdict.entry.policy
         let knownPins = policy.pins.map { pin -> String in
             let value = pin.description.dropFirst("sha256/".count)
             return policy.pinKind == .certificate ? "cert-sha256=\"\(value)\"" : "pin-sha256=\"\(value)\""
         }
-        let object: [String: Any] = [
+        var object: [String: Any] = [
             "date-time": rfc3339(time),
             "hostname": host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
             "port": Int(port),
@@ -29,6 +29,14 @@ public enum PinFailureReport {
             "pinproxy-enforced": !verdict.allowsConnection,
             "pinproxy-detail": verdict.failures.map(\.description).joined(separator: "; "),
         ]
+        switch client {
+        case .local(let local):
+            object["pinproxy-client"] = ["uid": Int(local.uid), "user": local.user as Any, "unit": local.unit as Any, "exe": local.exe as Any]
+                .compactMapValues { $0 is String || $0 is Int ? $0 : nil }
+        case .unknown: object["pinproxy-client"] = "unknown"
+        case .remote: object["pinproxy-client"] = "remote"
+        case nil: break
+        }
         guard JSONSerialization.isValidJSONObject(object) else { return nil }
         return try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
     }

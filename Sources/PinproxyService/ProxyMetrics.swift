@@ -11,7 +11,9 @@ import Prometheus
 /// each family is there from the first scrape. `docs/logs-and-metrics.md` lists them all.
 ///
 /// Label values are the log's: `outcome` is `ConnectionOutcome`, `reason` a `RefusalReason`,
-/// `mode` `enforce` or `report-only`, `listener` a `ListenerKind`. Labels are bounded:
+/// `mode` `enforce` or `report-only`, `listener` a `ListenerKind`, `client` the `[clients]`
+/// sections that matched the connection's client, joined in config order
+/// (`ClientDecision.metricLabel`), or `none`: never a path or pid the config does not name. Labels are bounded:
 /// `host_pattern` is always a configured pattern (`[default]` for the `[default]` entry, which no
 /// pattern can spell, `-` before any entry applies), never a requested host name, and per-entry
 /// gauges exist only for entries with pins (pin expiry) or one exact host (upstream certificate
@@ -40,7 +42,10 @@ public final class ProxyMetrics: Sendable {
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
     private let allowedConnections: Counter
+    private let clientLookupsFound: Counter
+    private let clientLookupsUnknown: Counter
     private let reopenVerdictChanges: Counter
+    private let mintedLeaves: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
@@ -48,12 +53,14 @@ public final class ProxyMetrics: Sendable {
         let outcome: ConnectionOutcome
         let reason: RefusalReason?
         let listener: ListenerKind
+        let client: String
     }
 
     private struct RefusalKey: Hashable {
         let hostPattern: String
         let reason: RefusalReason
         let reportOnly: Bool
+        let client: String
     }
 
     private struct PinExpiryGauges {
@@ -80,7 +87,7 @@ public final class ProxyMetrics: Sendable {
     public static let families: [Family] = [
         Family.connections, .refusals, .reopenVerdictChanges, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
         .lastReloadSuccessful, .lastReloadSuccessTime, .pinExpiryTimestamp, .pinExpiryDays, .upstreamCertificateExpiry,
-        .buildInfo, .reports,
+        .buildInfo, .reports, .mintedLeaves, .clientLookups,
     ] + ProcessFamily.allCases.map(\.family)
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
@@ -89,7 +96,7 @@ public final class ProxyMetrics: Sendable {
     public static let verificationBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
 
     /// Creates the series on a new registry (or `registry`): counters that should read 0 from the
-    /// first scrape (reloads, bytes, allowed connections, reopen verdict changes) at once, `pinproxy_build_info` for
+    /// first scrape (reloads, bytes, allowed and tunnel connections, reopen verdict changes, minted leaves) at once, `pinproxy_build_info` for
     /// `version` and `commit`, and the reload gauges as of a successful load `loadedAt`.
     public init(version: String, commit: String, loadedAt: Date = Date(),
                 registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
@@ -101,35 +108,49 @@ public final class ProxyMetrics: Sendable {
         verificationSeconds = registry.makeValueHistogram(descriptor: Family.verification.descriptor, buckets: Self.verificationBuckets)
         allowedConnections = registry.makeCounter(descriptor: Family.connections.descriptor,
                                                   labels: [("outcome", ConnectionOutcome.allowed.rawValue), ("reason", "none"),
-                                                           ("listener", ListenerKind.connect.rawValue)])
+                                                           ("listener", ListenerKind.connect.rawValue), ("client", Self.noClientLabel)])
         lastReloadSuccessful = registry.makeGauge(descriptor: Family.lastReloadSuccessful.descriptor)
         lastReloadSuccessTime = registry.makeGauge(descriptor: Family.lastReloadSuccessTime.descriptor)
         lastReloadSuccessful.set(1.0)
         lastReloadSuccessTime.set(loadedAt.timeIntervalSince1970)
         registry.makeGauge(descriptor: Family.buildInfo.descriptor, labels: [("version", version), ("commit", commit)]).set(1.0)
         reopenVerdictChanges = registry.makeCounter(descriptor: Family.reopenVerdictChanges.descriptor)
+        mintedLeaves = registry.makeCounter(descriptor: Family.mintedLeaves.descriptor)
+        clientLookupsFound = registry.makeCounter(descriptor: Family.clientLookups.descriptor, labels: [("result", "found")])
+        clientLookupsUnknown = registry.makeCounter(descriptor: Family.clientLookups.descriptor, labels: [("result", "unknown")])
+        _ = connectionCounter(CounterKey(outcome: .tunnel, reason: nil, listener: .connect, client: Self.noClientLabel))
         _ = reloadCounter(ok: true)
         _ = reloadCounter(ok: false)
     }
 
     // MARK: Connections and refusals
 
-    /// Counts one client connection's outcome; `reason` is nil for a plain allow.
-    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, listener: ListenerKind = .connect) {
-        if outcome == .allowed, reason == nil, listener == .connect { return allowedConnections.increment() }
-        connectionCounter(CounterKey(outcome: outcome, reason: reason, listener: listener)).increment()
+    /// Counts one client connection's outcome; `reason` is nil for a plain allow, `client` the
+    /// matching `[clients]` sections (`ClientDecision.metricLabel`).
+    public func connection(outcome: ConnectionOutcome, reason: RefusalReason?, listener: ListenerKind = .connect,
+                           client: String = noClientLabel) {
+        if outcome == .allowed, reason == nil, listener == .connect, client == Self.noClientLabel { return allowedConnections.increment() }
+        connectionCounter(CounterKey(outcome: outcome, reason: reason, listener: listener, client: client)).increment()
+    }
+
+    /// The `client` label of a connection no `[clients]` section matched.
+    public static let noClientLabel = "none"
+
+    /// A local client's socket was looked up: `found` established and held by a process.
+    public func clientLookup(found: Bool) {
+        (found ? clientLookupsFound : clientLookupsUnknown).increment()
     }
 
     /// Counts a refusal against the entry that decided it (`hostPattern`: see
     /// `patternLabel(for:)`); `reportOnly` for an `enforce = false` entry's would-refuse.
-    public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false) {
-        let key = RefusalKey(hostPattern: hostPattern, reason: reason, reportOnly: reportOnly)
+    public func refusal(hostPattern: String, reason: RefusalReason, reportOnly: Bool = false, client: String = noClientLabel) {
+        let key = RefusalKey(hostPattern: hostPattern, reason: reason, reportOnly: reportOnly, client: client)
         refusalCounters.withLock { counters in
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: Family.refusals.descriptor,
                 labels: [("host_pattern", hostPattern), ("reason", reason.rawValue),
-                         ("mode", reportOnly ? ConnectionOutcome.reportOnly.rawValue : "enforce")]
+                         ("mode", reportOnly ? ConnectionOutcome.reportOnly.rawValue : "enforce"), ("client", client)]
             )
             counters[key] = counter
             return counter
@@ -140,6 +161,11 @@ public final class ProxyMetrics: Sendable {
     /// upstream, which the client's 200 described.
     public func reopenVerdictChanged() {
         reopenVerdictChanges.increment()
+    }
+
+    /// The local CA minted a leaf (its cache had none for the host, or an expiring one).
+    public func leafMinted() {
+        mintedLeaves.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or
@@ -320,7 +346,8 @@ public final class ProxyMetrics: Sendable {
             if let counter = counters[key] { return counter }
             let counter = registry.makeCounter(
                 descriptor: Family.connections.descriptor,
-                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.rawValue ?? "none"), ("listener", key.listener.rawValue)]
+                labels: [("outcome", key.outcome.rawValue), ("reason", key.reason?.rawValue ?? "none"), ("listener", key.listener.rawValue),
+                         ("client", key.client)]
             )
             counters[key] = counter
             return counter

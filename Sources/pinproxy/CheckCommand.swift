@@ -20,15 +20,23 @@ struct CheckCommand: ParsableCommand {
         let config = try options.loadOrExit { [options] error in
             "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
+        let environment = ClientIdentityEnvironment.problems(in: config)
+        let environmentErrors = environment.filter { $0.severity == .error }
+        if !environmentErrors.isEmpty {
+            for error in environmentErrors { printError(error.description) }
+            printError("\(config.path): \(environmentErrors.count) error(s); the config is rejected")
+            throw ExitCode(1)
+        }
         let entries = config.policies.entries
         // Counted in one pass, without copying 100,000 entries into new arrays.
-        var pinned = 0, pins = 0, denied = 0, insecure = 0, reportOnly = 0
+        var pinned = 0, pins = 0, denied = 0, insecure = 0, reportOnly = 0, tunnels = 0
         for entry in entries {
             let policy = entry.policy
             if policy.pinKind != .none { pinned += 1; pins += policy.pins.count }
             if policy.action == .deny { denied += 1 }
             if policy.action == .allowInsecure { insecure += 1 }
             if !policy.enforce { reportOnly += 1 }
+            if policy.mode == .tunnel { tunnels += 1 }
         }
         print("\(config.path): ok")
         print("listen: \(config.proxy.listen.map(\.description).joined(separator: ", "))  allow_ports: \(config.proxy.allowPorts.sorted().map(String.init).joined(separator: ", "))  block_private_destinations: \(config.proxy.blockPrivateDestinations)")
@@ -40,13 +48,16 @@ struct CheckCommand: ParsableCommand {
         print("default: \(Self.describe(config.policies.defaultEntry.policy))")
         print("anchors:")
         for line in Self.anchorUse(default: config.policies.defaultEntry, entries: entries) { print("  \(line)") }
-        print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned) pinned with \(pins) pins, \(denied) denied, \(insecure) allow-insecure, \(reportOnly) report-only")
+        print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned) pinned with \(pins) pins, \(denied) denied, \(insecure) allow-insecure, \(reportOnly) report-only, \(tunnels) tunnel")
         for entry in entries.prefix(Self.listedEntries) {
             let pattern = entry.pattern?.description ?? "default"
             print("  \(pattern.padding(toLength: max(pattern.count, 32), withPad: " ", startingAt: 0)) \(Self.describe(entry.policy))")
         }
         if entries.count > Self.listedEntries { print("  ... and \(entries.count - Self.listedEntries) more") }
-        let warnings = config.warnings.map(\.description) + Self.privateResolveWarnings(config)
+        if !config.clients.isEmpty {
+            print("clients: \(config.clients.sections.count) section(s): \(config.clients.sections.map(\.key).joined(separator: ", "))")
+        }
+        let warnings = config.warnings.map(\.description) + environment.map(\.description) + Self.privateResolveWarnings(config)
         print("warnings: \(warnings.count)")
         for warning in warnings { print(warning) }
         // The process ends here: skip freeing a table that may hold 100,000 entries.
@@ -76,7 +87,7 @@ struct CheckCommand: ParsableCommand {
         var order: [String] = []
         var users: [String: (includesDefault: Bool, count: Int)] = [:]
         func add(_ entry: PolicyEntry) {
-            guard entry.policy.action == .verify else { return }
+            guard entry.policy.action == .verify, entry.policy.mode == .intercept else { return }
             let key = anchors(entry.policy.trust)
             if users[key] == nil { order.append(key) }
             var use = users[key] ?? (false, 0)
@@ -110,6 +121,7 @@ struct CheckCommand: ParsableCommand {
     }
 
     static func describe(_ policy: HostPolicy) -> String {
+        if policy.mode == .tunnel { return "tunnel (relayed unverified)" + (policy.includeSubdomains ? ", with subdomains" : "") }
         var parts = [policy.action.rawValue]
         if policy.action == .verify {
             parts.append("trust \(anchors(policy.trust))")
@@ -118,6 +130,7 @@ struct CheckCommand: ParsableCommand {
             if policy.revocation.name != "off" { parts.append("revocation \(policy.revocation.name)") }
             if let expires = policy.expires { parts.append("pins expire after \(expires)") }
             if policy.minTLS != .v1_2 { parts.append("min_tls \(policy.minTLS.rawValue)") }
+            if policy.clientIdentity != nil { parts.append("client certificate") }
         }
         if policy.includeSubdomains { parts.append("with subdomains") }
         if !policy.enforce { parts.append("report-only") }

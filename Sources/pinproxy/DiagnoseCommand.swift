@@ -230,7 +230,7 @@ struct DiagnoseCommand: ParsableCommand {
 
         init(_ result: CheckResult) {
             switch result.check {
-            case .action, .ports: self = .request
+            case .action, .ports, .client: self = .request
             case .chain: self = .trust
             case .rule: self = result.failures.contains { $0.reason == .hostnameMismatch } ? .hostName : .trust
             case .hostName: self = .hostName

@@ -9,7 +9,7 @@ struct EvaluateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "evaluate",
         abstract: "Evaluate a certificate chain against the policy for a host, offline.",
-        discussion: "The first line is `allow`, `refuse: <reason>` or `allow (would refuse: <reason>)`. Exit 0 allow, 1 refuse, 2 usage or config error."
+        discussion: "The first line is `allow`, `refuse: <reason>` or `allow (would refuse: <reason>)`. Exit 0 allow, 1 refuse, 2 usage or config error. With --client, the config's [clients] sections apply to a client of that identity (selectors combine: --client user:alice --client exe:/usr/bin/git)."
     )
 
     @Option(name: .long, help: ArgumentHelp(ConfigSource.help, valueName: "FILE"))
@@ -30,6 +30,10 @@ struct EvaluateCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A DER OCSP response standing in for the server's staple.", valueName: "FILE"))
     var staple: String?
 
+    @Option(name: .long, parsing: .singleValue,
+            help: ArgumentHelp("The client, as [clients] selectors name it: uid:N, user:NAME, exe:/path, unit:NAME.service (with a uid: or user:), unknown or remote; repeat to combine.", valueName: "SELECTOR"))
+    var client: [String] = []
+
     func run() throws {
         guard let target = TargetHost(host) else { throw ValidationError("--host \"\(host)\" is not a host name or IP literal") }
         guard (1...65_535).contains(port) else { throw ValidationError("--port must be between 1 and 65535") }
@@ -49,6 +53,7 @@ struct EvaluateCommand: ParsableCommand {
             for diagnostic in error.diagnostics { printError(diagnostic.description) }
             throw ExitCode(2)
         }
+        let identity = try client.isEmpty ? nil : Self.identity(client)
         let certificates = try Self.readCertificates(chain)
         var stapleBytes: [UInt8]?
         if let staple {
@@ -63,15 +68,51 @@ struct EvaluateCommand: ParsableCommand {
         var verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
                                               host: target, port: UInt16(port), entry: entry, context: loaded.verdictContext, at: time)
         if TrustEvaluator.needsCustomCheck(verdict), let command = entry.policy.verifyCommand {
-            // As the daemon does: the verified chain on stdin, after the built-in checks passed.
+            // As the daemon does: the verified chain on stdin, after the built-in checks passed,
+            // and the client (with --client) in its environment.
             let check = CustomChecks.run(command, host: target.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
-                                         port: UInt16(port), input: Array(verdict.verified.map(\.pem).joined().utf8),
-                                         timeout: loaded.proxy.verifyCommandTimeout)
+                                         port: UInt16(port), client: CustomChecks.environment(for: loaded.clients.isEmpty ? nil : identity),
+                                         input: Array(verdict.verified.map(\.pem).joined().utf8), timeout: loaded.proxy.verifyCommandTimeout)
             verdict = TrustEvaluator.adding(check, to: verdict)
         }
+        var clientLines: [String] = []
+        if let identity {
+            let decision = ClientPolicy.decide(host: target, identity: identity, rules: loaded.clients)
+            verdict = TrustEvaluator.adding(decision, to: verdict)
+            clientLines.append("client: \(identity)  [clients] sections: \(decision.sections.isEmpty ? "none" : decision.sections.joined(separator: ", "))")
+        } else if !loaded.clients.isEmpty {
+            clientLines.append("note: the config's [clients] sections were not applied: give --client SELECTOR")
+        }
         print(verdict.summary)
-        print(VerdictReport(verdict: verdict, host: target, port: UInt16(port), time: time).text)
+        print(([VerdictReport(verdict: verdict, host: target, port: UInt16(port), time: time).text] + clientLines).joined(separator: "\n"))
         if !verdict.allowsConnection { throw ExitCode(1) }
+    }
+
+    /// The client the `--client` selectors describe together: `unknown` or `remote` alone, or
+    /// a local client with a uid (from `uid:` or `user:`) and any of `exe:` and `unit:`.
+    static func identity(_ selectors: [String]) throws -> ClientIdentity {
+        var uid: UInt32?
+        var user: String?
+        var unit: String?
+        var exe: String?
+        for selector in selectors {
+            switch ClientSelectorText.parse(selector) {
+            case .failure(let problem): throw ValidationError("--client \(selector): \(problem)")
+            case .success(.unknown), .success(.remote):
+                guard selectors.count == 1 else { throw ValidationError("--client \(selector) stands alone: an unknown or remote client has no uid, unit or program") }
+                return selector == "remote" ? .remote : .unknown(why: "--client unknown")
+            case .success(.uid(let number)):
+                uid = number
+                if case .found(let name) = UserDatabase.name(ofUID: number) { user = name }
+            case .success(.user(let name)):
+                guard case .found(let number) = UserDatabase.uid(ofUser: name) else { throw ValidationError("--client \(selector): the user database has no user \(name)") }
+                (uid, user) = (number, name)
+            case .success(.exe(let path)): exe = path
+            case .success(.unit(let name)): unit = name
+            }
+        }
+        guard let uid else { throw ValidationError("--client: a local client has a uid: add --client uid:N or --client user:NAME") }
+        return .local(LocalClient(uid: uid, user: user, unit: unit, exe: exe))
     }
 
     static func readCertificates(_ path: String) throws -> [Certificate] {
@@ -117,6 +158,9 @@ struct VerdictReport {
         var lines: [String] = []
         let entry = verdict.entry
         lines.append("entry: \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : " (built-in default)"))
+        if entry.policy.mode == .tunnel {
+            lines.append("mode: tunnel: the daemon relays this host unverified; this verdict is only what intercepting it would decide")
+        }
         lines.append("host: \(host)  port: \(port)  at: \(rfc3339(time))")
         lines.append("presented chain:")
         for (index, certificate) in verdict.presented.enumerated() {

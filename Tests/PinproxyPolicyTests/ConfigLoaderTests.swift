@@ -175,16 +175,33 @@ final class ConfigLoaderTests: XCTestCase {
                   (3, "proxy.report_file_max_bytes must be an integer, not a string")])
     }
 
-    func testModeTunnelIsNotImplemented() {
+    func testModeTunnel() throws {
+        let config = try pki.loadConfig("""
+            [hosts."api.test"]
+            mode = "tunnel"
+            [hosts."*.wild.test"]
+            mode = "tunnel"
+            """)
+        XCTAssertEqual(config.policies.lookup(TargetHost("api.test")!).policy.mode, .tunnel)
+        XCTAssertEqual(config.warnings.map(\.line), [2, 4])
+        XCTAssertTrue(config.warnings[0].message.contains("relayed as it is"), config.warnings[0].message)
+        XCTAssertTrue(config.warnings[1].message.contains("EVERY name it matches"), config.warnings[1].message)
+        assertErrors("""
+            [default]
+            mode = "tunnel"
+            """, [(2, #"mode = "tunnel" is not allowed in [default]: it would relay every host unverified; give each host that needs a tunnel its own [hosts."NAME"] entry"#)])
         assertErrors("""
             [hosts."api.test"]
-            trust = ["root-a.pem"]
             mode = "tunnel"
-            """, [(3, #"hosts."api.test".mode = "tunnel" is not implemented yet: pinproxy only intercepts; remove the key or set mode = "intercept""#)])
+            pin = "public-key"
+            pins = ["sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="]
+            enforce = false
+            """, [(4, #"hosts."api.test" has mode = "tunnel", which relays the client's TLS unverified: pins cannot apply; remove it, or set mode = "intercept""#),
+                  (5, #"hosts."api.test" has mode = "tunnel", which relays the client's TLS unverified: enforce = false cannot apply; remove it, or set mode = "intercept""#)])
         assertErrors("""
             [default]
             mode = "transparent"
-            """, [(2, #"default.mode = "transparent" is not "intercept""#)])
+            """, [(2, #"default.mode = "transparent" is not one of "intercept", "tunnel""#)])
         XCTAssertNoThrow(try pki.loadConfig("[default]\ntrust = [\"root-a.pem\"]\nmode = \"intercept\"\n"))
     }
 
@@ -756,12 +773,12 @@ final class ConfigLoaderTests: XCTestCase {
             [hosts."b.test"]
             trust = ["root-a.pem"]
             frobnicate = 1
-            mode = "tunnel"
+            mode = "relay"
 
             [hosts."bad_name"]
             """, [(1, #"hosts."a.test" has trust = "none" without pins: it would accept any certificate; add pin and pins (or certificates)"#),
                   (6, #"unknown key hosts."b.test".frobnicate"#),
-                  (7, #"hosts."b.test".mode = "tunnel" is not implemented yet: pinproxy only intercepts; remove the key or set mode = "intercept""#),
+                  (7, #"hosts."b.test".mode = "relay" is not one of "intercept", "tunnel""#),
                   (9, "hosts.bad_name" + Self.patternHelp)])
     }
 

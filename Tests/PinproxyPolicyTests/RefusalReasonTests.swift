@@ -6,6 +6,7 @@ import XCTest
 final class RefusalReasonTests: XCTestCase {
     /// reason: HTTP status, may be report-only, policy decision, certificate reason, Proxy-Status error.
     static let expected: [(RefusalReason, Int, Bool, Bool, Bool, String)] = [
+        (.clientDenied, 403, false, false, false, "http_request_denied"),
         (.hostDenied, 403, true, true, false, "http_request_denied"),
         (.portDenied, 403, true, true, false, "http_request_denied"),
         (.untrustedChain, 403, false, true, true, "tls_certificate_error"),
@@ -18,6 +19,7 @@ final class RefusalReasonTests: XCTestCase {
         (.customCheck, 403, true, true, true, "tls_certificate_error"),
         (.tlsVersion, 403, false, false, false, "tls_protocol_error"),
         (.destinationDenied, 403, false, false, false, "destination_ip_prohibited"),
+        (.destinationMismatch, 403, false, false, false, "destination_ip_prohibited"),
         (.cleartextDenied, 403, false, false, false, "http_request_denied"),
         (.badRequest, 400, false, false, false, "http_request_error"),
         (.noSNI, 403, false, false, false, "http_request_error"),

@@ -31,7 +31,7 @@ final class AdminHTTPServerTests: XCTestCase {
         XCTAssertEqual(scrape.headers["content-type"], ProxyMetrics.contentType)
         XCTAssertEqual(scrape.headers["content-length"], String(scrape.body.utf8.count))
         let samples = try PrometheusParser.parse(scrape.body)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 1)
 
         // Updates between scrapes show up: the handler renders on every request.

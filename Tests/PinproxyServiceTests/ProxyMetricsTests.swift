@@ -14,7 +14,7 @@ final class ProxyMetricsTests: XCTestCase {
         XCTAssertEqual(samples.value("pinproxy_config_last_reload_success_timestamp_seconds"), 1_790_000_000.5)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "ok"]), 0)
         XCTAssertEqual(samples.value("pinproxy_config_reloads_total", ["result": "failed"]), 0)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 0)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 0)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 0)
@@ -29,9 +29,9 @@ final class ProxyMetricsTests: XCTestCase {
         metrics.connection(outcome: .refused, reason: .noSNI, listener: .transparent)
         metrics.connection(outcome: .allowed, reason: nil, listener: .connect)
         let samples = try PrometheusParser.parse(metrics.render())
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "transparent"]), 1)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 1)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "no-sni", "listener": "transparent"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "transparent", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "no-sni", "listener": "transparent", "client": "none"]), 1)
     }
 
     func testEverySeriesParsesWithItsTypeHelpAndValue() throws {
@@ -64,18 +64,18 @@ final class ProxyMetricsTests: XCTestCase {
 
         let samples = try PrometheusParser.parse(metrics.render())
 
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect"]), 2)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_connections_total",
-                                     ["outcome": "report-only", "reason": "hostname-mismatch", "listener": "connect"]), 1)
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client-gone", "reason": "none", "listener": "connect"]), 1)
+                                     ["outcome": "report-only", "reason": "hostname-mismatch", "listener": "connect", "client": "none"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "client-gone", "reason": "none", "listener": "connect", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
-                                     ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce"]), 2)
+                                     ["host_pattern": "api.example.com", "reason": "pin-mismatch", "mode": "enforce", "client": "none"]), 2)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
                                      ["host_pattern": "*.cdn.example.com", "reason": "hostname-mismatch",
-                                      "mode": "report-only"]), 1)
+                                      "mode": "report-only", "client": "none"]), 1)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
-                                     ["host_pattern": #"odd "quoted" \ pattern"#, "reason": "host-denied", "mode": "enforce"]), 1,
+                                     ["host_pattern": #"odd "quoted" \ pattern"#, "reason": "host-denied", "mode": "enforce", "client": "none"]), 1,
                        "label escaping did not round-trip")
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 2)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), 1_100)
@@ -151,9 +151,9 @@ final class ProxyMetricsTests: XCTestCase {
         }
         let total = Double(threads * iterations)
         let samples = try PrometheusParser.parse(metrics.render())
-        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect"]), total)
+        XCTAssertEqual(samples.value("pinproxy_connections_total", ["outcome": "refused", "reason": "pin-mismatch", "listener": "connect", "client": "none"]), total)
         XCTAssertEqual(samples.value("pinproxy_refusals_total",
-                                     ["host_pattern": "p0.test", "reason": "pin-mismatch", "mode": "enforce"]), total / 2)
+                                     ["host_pattern": "p0.test", "reason": "pin-mismatch", "mode": "enforce", "client": "none"]), total / 2)
         XCTAssertEqual(samples.value("pinproxy_open_tunnels"), 0)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "client_to_upstream"]), total)
         XCTAssertEqual(samples.value("pinproxy_relayed_bytes_total", ["direction": "upstream_to_client"]), 2 * total)
@@ -249,6 +249,29 @@ final class ProxyMetricsTests: XCTestCase {
         let days2032 = ISO8601DateFormatter().date(from: "2032-01-02T00:00:00Z")!.timeIntervalSince(now) / 86_400
         XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "[default]"])), days2031, accuracy: 1e-3)
         XCTAssertEqual(try XCTUnwrap(samples.value("pinproxy_pin_expiry_days", ["host_pattern": "default"])), days2032, accuracy: 1e-3)
-        XCTAssertEqual(samples.value("pinproxy_refusals_total", ["host_pattern": "[default]", "reason": "pin-mismatch", "mode": "enforce"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_refusals_total", ["host_pattern": "[default]", "reason": "pin-mismatch", "mode": "enforce", "client": "none"]), 1)
+    }
+
+    /// The `client` label: the matching `[clients]` sections (as `ClientDecision.metricLabel`
+    /// joins them), `none` otherwise; and the lookups of local clients' sockets.
+    func testClientLabelsAndLookups() throws {
+        let metrics = ProxyMetrics(version: "1.2.3", commit: "abc1234")
+        metrics.connection(outcome: .allowed, reason: nil, client: "user:alice,exe:/usr/bin/git")
+        metrics.connection(outcome: .allowed, reason: nil)
+        metrics.connection(outcome: .refused, reason: .clientDenied, client: "user:www-data")
+        metrics.refusal(hostPattern: "[default]", reason: .clientDenied, client: "user:www-data")
+        metrics.refusal(hostPattern: "[default]", reason: .clientDenied, reportOnly: true, client: "exe:/usr/bin/git")
+        metrics.clientLookup(found: true)
+        metrics.clientLookup(found: true)
+        metrics.clientLookup(found: false)
+        let samples = try PrometheusParser.parse(metrics.render())
+        let connections = "pinproxy_connections_total", refusals = "pinproxy_refusals_total"
+        XCTAssertEqual(samples.value(connections, ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "user:alice,exe:/usr/bin/git"]), 1)
+        XCTAssertEqual(samples.value(connections, ["outcome": "allowed", "reason": "none", "listener": "connect", "client": "none"]), 1)
+        XCTAssertEqual(samples.value(connections, ["outcome": "refused", "reason": "client-denied", "listener": "connect", "client": "user:www-data"]), 1)
+        XCTAssertEqual(samples.value(refusals, ["host_pattern": "[default]", "reason": "client-denied", "mode": "enforce", "client": "user:www-data"]), 1)
+        XCTAssertEqual(samples.value(refusals, ["host_pattern": "[default]", "reason": "client-denied", "mode": "report-only", "client": "exe:/usr/bin/git"]), 1)
+        XCTAssertEqual(samples.value("pinproxy_client_lookups_total", ["result": "found"]), 2)
+        XCTAssertEqual(samples.value("pinproxy_client_lookups_total", ["result": "unknown"]), 1)
     }
 }

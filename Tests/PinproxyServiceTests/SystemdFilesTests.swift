@@ -77,7 +77,7 @@ final class SystemdFilesTests: XCTestCase {
             "ExecReload=/bin/kill -HUP $MAINPID",
             "StateDirectory=pinproxy", "ConfigurationDirectory=pinproxy", "LogsDirectory=pinproxy", "User=pinproxy", "Group=pinproxy",
             "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
-            "PrivateDevices=yes", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "CapabilityBoundingSet=",
+            "PrivateDevices=yes", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK", "CapabilityBoundingSet=",
             "SystemCallFilter=@system-service", "LimitNOFILE=65536", "Restart=on-failure", "WatchdogSec=30s",
         ] {
             XCTAssertTrue(settings.contains(required), "pinproxy.service lacks \(required)")

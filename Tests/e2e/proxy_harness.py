@@ -70,7 +70,9 @@ STATUS = {
         for r in (
             "host-denied",
             "port-denied",
+            "client-denied",
             "destination-denied",
+            "destination-mismatch",
             "cleartext-denied",
             "untrusted-chain",
             "certificate-expired",

@@ -471,10 +471,11 @@ ERRORS: list[Case] = [
         crls = ["crl-int-a.pem"]    # @a
         """, ["a"]),
     # --- mode
-    Case("mode-tunnel", """
+    Case("mode-tunnel-with-pins", f"""
         [hosts."api.test"]
-        trust = ["root-a.pem"]
-        mode = "tunnel"  # @a
+        mode = "tunnel"
+        pin = "public-key"
+        pins = ["{P1}"]  # @a
         """, ["a"]),
     Case("mode-tunnel-in-default", """
         [default]
@@ -824,7 +825,7 @@ def test_every_problem_is_reported(ws):
         pin = "public-key"
         certificates = ["api.pem", "missing.pem"]  # @f
         [hosts."g.test"]
-        mode = "tunnel"           # @g
+        mode = "relay"            # @g
         [default]
         action = "allow"          # @h
         """

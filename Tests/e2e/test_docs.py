@@ -84,3 +84,11 @@ def test_the_anchor_rules_match_githubs():
     names = anchors(doc)
     assert "the-refusal-inside-tls-refusal--in-tls" in names
     assert "a-custom-check-verify_command" in names
+
+
+def test_the_e2e_map_names_every_test_file():
+    """Tests/e2e/README.md maps each feature to its test file: every test file is in it."""
+    named = set(re.findall(r"`(test_[a-z0-9_]+\.py)`", TEST_MAP.read_text()))
+    files = {p.name for p in (REPO / "Tests/e2e").glob("test_*.py")}
+    assert not files - named, f"Tests/e2e/README.md does not name {sorted(files - named)}"
+    assert not named - files, f"Tests/e2e/README.md names missing files {sorted(named - files)}"

@@ -65,7 +65,7 @@ def test_the_file_name_and_control_fields(deb):
     assert field["Section"] == "net" and field["Priority"] == "optional" and field["Maintainer"], field
     depends = [d.strip().split(" ")[0] for d in field["Depends"].split(",")]
     for needed in ("libc6", "libssl3", "libevent-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7",
-                   "libstdc++6", "publicsuffix", "adduser"):
+                   "libnghttp2-14", "libstdc++6", "publicsuffix", "adduser"):
         assert needed in depends, field["Depends"]
     assert not [d for d in depends if "swift" in d], field["Depends"]
     assert "neither enabled nor started" in field["Description"], field

@@ -9,6 +9,7 @@ out of descriptors for epoll) was a `fatalError`: the process trapped.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
@@ -18,6 +19,17 @@ WORKERS = 2
 LIMITS = range(8, 12 + 8 * WORKERS)
 
 
+def environment() -> dict[str, str]:
+    """Under AddressSanitizer, leak checking is off for these runs: with a handful of descriptors
+    LeakSanitizer cannot start its symbolizer, and its suppressions (scripts/sanitizers/lsan.supp:
+    TOMLKit's known leaks) match symbolized frames only. Every other daemon of the suite keeps
+    it on, on the same start paths."""
+    env = clean_env()
+    if os.environ.get("PINPROXY_SANITIZER") == "address":
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
 def test_every_descriptor_limit_is_a_clean_start_or_a_clean_refusal(make_proxy):
     p = make_proxy(start=False, proxy={"workers": WORKERS, "allow_ports": [443]})
     outcomes: dict[int, str] = {}
@@ -25,7 +37,7 @@ def test_every_descriptor_limit_is_a_clean_start_or_a_clean_refusal(make_proxy):
         log = p.dir / f"stderr-{limit}.log"
         with open(log, "wb") as err:
             proc = subprocess.Popen(["prlimit", f"--nofile={limit}:{limit}", "--", *p.argv()], cwd=p.dir,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=clean_env())
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=environment())
         try:
             # Listening is logged once every worker is up (a port accepts as soon as the first is).
             poll(lambda: proc.poll() is not None or "event=listening" in log.read_text(), TIMEOUT,

@@ -10,6 +10,11 @@
 #include <openssl/x509v3.h>
 #include <openssl/ocsp.h>
 #include <sys/socket.h>
+// The kernel's socket diagnostics (NETLINK_SOCK_DIAG): Swift's Glibc module does not carry
+// these headers, so they come in here for their structs and constants only.
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <linux/inet_diag.h>
 #include <sys/types.h>
 
 // STACK_OF(X509): the sk_X509_* accessors are macros.

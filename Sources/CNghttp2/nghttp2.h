@@ -1,0 +1,3 @@
+#include <sys/types.h>
+#include <stdint.h>
+#include <nghttp2/nghttp2.h>

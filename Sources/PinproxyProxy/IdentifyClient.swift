@@ -1,0 +1,74 @@
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+
+/// What a connection asks for while its client is identified: a CONNECT's target, or a
+/// transparent client's host, original destination and ClientHello (kept buffered).
+enum ClientRequest {
+    case connect(ClientConnection.RequestTarget)
+    case transparent(host: TargetHost, original: SocketAddress, hello: ClientHello)
+
+    var host: TargetHost {
+        switch self {
+        case .connect(let target): target.host
+        case .transparent(let host, _, _): host
+        }
+    }
+
+    var port: UInt16 {
+        switch self {
+        case .connect(let target): target.port
+        case .transparent(_, let original, _): original.port
+        }
+    }
+}
+
+extension ClientConnection {
+    /// Step 2b: who the client is, when the config has `[clients]` (`ClientIdentifier`): its
+    /// socket's owner at once, then, off the loop within `client_identity_timeout`, what can
+    /// block. The client's socket is connected to this end of the connection, or, on the
+    /// transparent listener, to the original destination. Nothing the client sent takes part.
+    /// Without `[clients]`, nothing is looked up.
+    func identifyClient(_ request: ClientRequest) {
+        guard !config.clients.isEmpty else { return go(on: request, client: .notApplied) }
+        let clientsEnd: SocketAddress? = switch request {
+        case .connect: ourEnd
+        case .transparent(_, let original, _): original
+        }
+        let timeout = config.proxy.clientIdentityTimeout
+        let start = worker.identifier.start(peer: client, ourEnd: clientsEnd, needsExecutable: config.clients.needsExecutable,
+                                            deadline: ProcessLimits.monotonicSeconds() + timeout, on: worker.loop,
+                                            metrics: worker.shared.metrics) { [weak self] parts in self?.identityLookedUp(parts) }
+        switch start {
+        case .known(let identity):
+            decideForClient(request, identity)
+        case .pending(let pending):
+            let timer = LoopTimer(loop: worker.loop, after: timeout) { [weak self] in self?.identityTimedOut() }
+            enter(.identifying(request, pending, timer: timer))
+        }
+    }
+
+    private func identityLookedUp(_ parts: IdentityLookups.Parts) {
+        // The client may have left (or the deadline passed) meanwhile: then nothing waits for it.
+        guard case .identifying(let request, let pending, _) = state else { return }
+        decideForClient(request, pending.identity(with: parts))
+    }
+
+    private func identityTimedOut() {
+        guard case .identifying(let request, let pending, _) = state else { return unexpected("the client identity timer") }
+        decideForClient(request, pending.identityWithoutLookups)
+    }
+
+    private func decideForClient(_ request: ClientRequest, _ identity: ClientIdentity) {
+        go(on: request, client: ClientPolicy.decide(host: request.host, identity: identity, rules: config.clients))
+    }
+
+    /// The step after identification: the policy of a CONNECT's host, or a transparent
+    /// client's route.
+    private func go(on request: ClientRequest, client: ClientDecision) {
+        switch request {
+        case .connect(let target): lookUpPolicy(target, client: client)
+        case .transparent(let host, let original, let hello): routeTransparent(host: host, original: original, hello: hello, client: client)
+        }
+    }
+}

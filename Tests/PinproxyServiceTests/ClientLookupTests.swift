@@ -1,0 +1,62 @@
+import Foundation
+import Glibc
+import XCTest
+import PinproxyInterop
+
+/// What identifying a client reads from the system, against this system: which process holds a
+/// socket and its program (/proc), the cgroup v2 tree, this host's addresses.
+final class ClientLookupTests: XCTestCase {
+    func testTheHolderOfASocketIsFoundWithItsProgram() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(fd) }
+        var info = stat()
+        XCTAssertEqual(fstat(fd, &info), 0)
+        let holder = try XCTUnwrap(ProcessExecutables.holder(ofSocket: UInt32(info.st_ino), uid: geteuid(), hints: [],
+                                                             deadline: ProcessLimits.monotonicSeconds() + 20))
+        XCTAssertEqual(holder.pid, getpid())
+        XCTAssertEqual(holder.executable, ProcessExecutables.realPath("/proc/self/exe"))
+        XCTAssertNil(ProcessExecutables.holder(ofSocket: UInt32(info.st_ino), uid: geteuid(), hints: [],
+                                               deadline: ProcessLimits.monotonicSeconds() - 1), "the deadline had passed")
+    }
+
+    /// A program replaced after it started (a package upgrade) is named by its path, without
+    /// the " (deleted)" the kernel appends.
+    func testADeletedProgramIsNamedWithoutTheSuffix() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pinproxy-exe-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let copy = directory.appendingPathComponent("sleep copy").path
+        try FileManager.default.copyItem(atPath: try XCTUnwrap(ProcessExecutables.realPath("/bin/sleep")), toPath: copy)
+        let process = try Process.run(URL(fileURLWithPath: copy), arguments: ["30"])
+        defer { process.terminate(); process.waitUntilExit() }
+        let real = try XCTUnwrap(ProcessExecutables.realPath(copy))
+        let deadline = Date().addingTimeInterval(10)
+        while ProcessExecutables.executable(ofProcess: process.processIdentifier) != real && Date() < deadline { usleep(10_000) }
+        XCTAssertEqual(ProcessExecutables.executable(ofProcess: process.processIdentifier), real)
+        try FileManager.default.removeItem(atPath: copy)
+        XCTAssertEqual(ProcessExecutables.executable(ofProcess: process.processIdentifier), real)
+    }
+
+    func testTheCgroupTreeGivesEachCgroupItsInodeAsId() throws {
+        guard let root = CgroupTree.root() else { throw XCTSkip("no cgroup v2 hierarchy is mounted here") }
+        var info = stat()
+        XCTAssertEqual(stat(root, &info), 0)
+        let top = CgroupTree.cgroups(under: "/", root: root, depth: 2, limit: 1_000)
+        XCTAssertEqual(top.first?.path, "/")
+        XCTAssertEqual(top.first?.id, UInt64(info.st_ino))
+        for cgroup in top.dropFirst().prefix(20) {
+            XCTAssertEqual(stat(root + cgroup.path, &info), 0, cgroup.path)
+            XCTAssertEqual(cgroup.id, UInt64(info.st_ino), cgroup.path)
+        }
+        XCTAssertEqual(CgroupTree.cgroups(under: "/no-such-slice", root: root, depth: 2, limit: 10).count, 0)
+    }
+
+    func testHostAddressesHoldLoopback() {
+        XCTAssertTrue(HostAddresses.current().contains(IPAddress("127.0.0.1")!))
+        XCTAssertTrue(HostAddresses.isLoopback(IPAddress("127.1.2.3")!))
+        XCTAssertTrue(HostAddresses.isLoopback(IPAddress("::1")!))
+        XCTAssertTrue(HostAddresses.isLoopback(IPAddress("::ffff:127.0.0.1")!))
+        XCTAssertFalse(HostAddresses.isLoopback(IPAddress("192.0.2.1")!))
+        XCTAssertFalse(HostAddresses.isLoopback(IPAddress("::2")!))
+    }
+}

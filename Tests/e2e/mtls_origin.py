@@ -1,0 +1,92 @@
+"""A loopback origin that requires a client certificate (mutual TLS), and the client PKI for it.
+
+``ClientPKI`` writes a client CA and two client certificates (``pinproxy-client``, what
+pinproxy presents through ``client_certificate``; ``own-client``, what a tunnelled client
+presents itself), each with its key (mode 0600).  ``MTLSOrigin`` serves the api.test chain
+with ``CERT_REQUIRED`` against that CA: each connection's answer is ``client=<CN>`` of the
+certificate it was shown.  It records, for every connection, what happened: ``client=<CN>``,
+``no-bytes`` (closed before sending anything), or ``handshake-failed``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+from pathlib import Path
+
+import pki as pkilib
+
+TIMEOUT = 20.0
+
+
+class ClientPKI:
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ca = pkilib.make_root("pinproxy tests client CA", "ec")
+        pkilib.write_pem(self.dir / "client-ca.pem", ca.cert)
+        for stem in ("pinproxy-client", "own-client"):
+            leaf = pkilib.make_leaf(stem, ca, san_dns=[], eku=["clientAuth"])
+            leaf.write(self.dir, stem, ca)
+            os.chmod(self.dir / f"{stem}.key", 0o600)
+        self.ca = self.dir / "client-ca.pem"
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+
+class MTLSOrigin:
+    def __init__(self, chain: Path, key: Path, client_ca: Path, address: str = "127.0.0.1", port: int = 0):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(chain), str(key))
+        self.ctx.verify_mode = ssl.CERT_REQUIRED
+        self.ctx.load_verify_locations(str(client_ca))
+        self.seen: list[str] = []
+        self.lock = threading.Lock()
+        self.sock = socket.create_server((address, port))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _record(self, what: str):
+        with self.lock:
+            self.seen.append(what)
+
+    def _handle(self, conn: socket.socket):
+        conn.settimeout(TIMEOUT)
+        try:
+            if not conn.recv(1, socket.MSG_PEEK):
+                return self._record("no-bytes")
+            try:
+                tls = self.ctx.wrap_socket(conn, server_side=True)
+            except (ssl.SSLError, OSError):
+                return self._record("handshake-failed")
+            with tls:
+                subject = dict(x[0] for x in tls.getpeercert()["subject"])
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = tls.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                body = f"client={subject.get('commonName')}\n".encode()
+                self._record(body.decode().strip())
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        except OSError:
+            self._record("connection-error")
+        finally:
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+

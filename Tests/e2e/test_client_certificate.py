@@ -1,0 +1,118 @@
+"""`client_certificate` and `client_key`: what pinproxy presents to an upstream that asks for a
+client certificate (mutual TLS), per entry.
+
+The origin requires a certificate from its own client CA (Python ssl, CERT_REQUIRED). Through
+an intercepting entry with `client_certificate`, curl (which has no certificate of its own)
+reaches it, and the origin sees pinproxy's identity; without the keys, the upstream handshake
+fails and the CONNECT is refused. `check` refuses a key file others may read (mode 0644) with
+`FILE:LINE`, accepts one under `$CREDENTIALS_DIRECTORY` (systemd's `LoadCredential=`), and
+warns that every local process that reaches the entry uses that identity.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import diagnostics
+from mtls_origin import ClientPKI, MTLSOrigin
+from proxy_harness import (
+    API,
+    curl,  # noqa: F401 (fixture)
+    make_proxy,  # noqa: F401 (fixture)
+    run_curl,
+)
+
+
+@pytest.fixture
+def clients(tmp_path):
+    return ClientPKI(tmp_path / "clients")
+
+
+@pytest.fixture
+def origin(pki, clients):
+    o = MTLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), clients.ca)
+    yield o
+    o.close()
+
+
+def entry(clients, **extra) -> dict:
+    return {"trust": ["root-a.pem"], "client_certificate": str(clients.path("pinproxy-client-chain.pem")),
+            "client_key": str(clients.path("pinproxy-client.key")), **extra}
+
+
+def test_an_intercepting_entry_presents_its_client_certificate(make_proxy, origin, clients, curl):
+    p = make_proxy(proxy={"allow_ports": [origin.port]}, hosts={API: entry(clients)})
+    res = run_curl(curl, p, f"https://{API}:{origin.port}/mtls")
+    assert res.exit == 0 and res.connect_code == 200 and res.http_code == 200, (res, p.describe())
+    assert res.body == b"client=pinproxy-client\n", res.body
+    assert origin.seen == ["client=pinproxy-client"], origin.seen
+
+
+def test_without_it_the_decision_line_says_the_upstream_asked(make_proxy, origin, curl):
+    """The issue's starting point: an upstream that asks for a client certificate, and an entry
+    that has none to give. Over TLS 1.3 the server refuses only after the handshake (curl:
+    "Empty reply from server"): the decision line says why."""
+    p = make_proxy(proxy={"allow_ports": [origin.port]}, hosts={API: {"trust": ["root-a.pem"]}})
+    res = run_curl(curl, p, f"https://{API}:{origin.port}/mtls")
+    assert res.exit != 0 and res.http_code == 0, res
+    line = p.wait_for_log(lambda l: l.get("event") == "connection", what="the decision line")
+    assert line["outcome"] == "allowed", line.raw
+    assert "the upstream asked for a client certificate" in line["detail"] and "client_certificate" in line["detail"], line.raw
+    assert origin.seen == ["handshake-failed"], origin.seen
+
+
+def write_config(ws, clients, key_name: str = "pinproxy-client.key") -> tuple:
+    shutil.copy(clients.path("pinproxy-client-chain.pem"), ws.path("client.pem"))
+    key = ws.path(key_name)
+    shutil.copy(clients.path("pinproxy-client.key"), key)
+    cfg = ws.config(f"""\
+        [hosts."api.test"]
+        trust = ["root-a.pem"]
+        client_certificate = "client.pem"
+        client_key = "{key_name}"
+        """)
+    return cfg, key
+
+
+def test_a_key_others_may_read_is_a_check_error(ws, clients):
+    cfg, key = write_config(ws, clients)
+    os.chmod(key, 0o644)
+    res = ws.check(cfg)
+    assert res.code == 1, res
+    errors = diagnostics(res.err, str(cfg))
+    assert [(d.line, d.warning) for d in errors] == [(4, False)], res
+    assert "has mode 0644" in errors[0].message and "LoadCredential=" in errors[0].message, res
+    for mode in (0o600, 0o400):
+        os.chmod(key, mode)
+        res = ws.check(cfg)
+        assert res.code == 0, res
+        warnings = diagnostics(res.out, str(cfg))
+        assert [(d.line, d.warning) for d in warnings] == [(3, True)], res
+        assert "every local process that may reach" in warnings[0].message, res
+
+
+def test_a_key_from_load_credential_may_have_any_mode(ws, clients, pinproxy):
+    credentials = ws.path("credentials")
+    credentials.mkdir()
+    cfg, key = write_config(ws, clients, key_name="credentials/api.key")
+    os.chmod(key, 0o644)
+    env = dict(os.environ, CREDENTIALS_DIRECTORY=str(credentials))
+    p = subprocess.run([str(pinproxy), "check", "--config", str(cfg)], capture_output=True, text=True, env=env,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+
+
+def test_half_an_identity_and_a_wrong_key_are_check_errors(ws, clients):
+    cfg, key = write_config(ws, clients)
+    cfg.write_text(cfg.read_text().replace('client_key = "pinproxy-client.key"\n', ""))
+    res = ws.check(cfg)
+    assert res.code == 1 and [d.line for d in diagnostics(res.err, str(cfg))] == [3], res
+    cfg, key = write_config(ws, clients)
+    shutil.copy(clients.path("own-client.key"), key)
+    res = ws.check(cfg)
+    assert res.code == 1 and [d.line for d in diagnostics(res.err, str(cfg))] == [4], res
+    assert "is not the key of client_certificate" in res.err, res
