@@ -19,7 +19,7 @@ final class ClientRulesTests: XCTestCase {
                       deny: deny.map { HostPattern($0)! }, enforce: enforce)
     }
 
-    /// The README's example, plus deny, remote and a second user section.
+    /// The example of docs/configuration.md ("Policy per client"), plus deny, remote and a second user section.
     static let rules = ClientRules(sections: [
         section("unit:backup.service", .unit("backup.service"), allow: ["backup.example.com", "*.s3.amazonaws.com"]),
         section("user:www-data", .user("www-data", uid: 33), allow: []),

@@ -5,7 +5,7 @@ import XCTest
 
 /// The web-PKI rules pinproxy applies beyond OpenSSL (`Sources/PinproxyPolicy/WebPKI`): each
 /// rule fires on a certificate that breaks it and names itself in the detail, and each applies
-/// only under the trust modes the README lists.
+/// only under the trust modes docs/trust-decisions.md lists.
 final class WebPKIRuleTests: XCTestCase {
     /// For each rule, x509-limbo testcases that break it (and that OpenSSL alone accepts), with
     /// the reason its failure carries.

@@ -89,12 +89,12 @@ final class SystemdFilesTests: XCTestCase {
     }
 
     /// Under ProtectSystem=strict only the unit's own directories are writable: the `report_to`
-    /// file the shipped config and the README show must be in its LogsDirectory.
+    /// file the shipped config and docs/logs-and-metrics.md show must be in its LogsDirectory.
     func testTheExampleReportFileIsInTheUnitsLogsDirectory() throws {
         let unit = try String(contentsOfFile: serviceUnit, encoding: .utf8)
         let logs = unit.split(separator: "\n").filter { $0.hasPrefix("LogsDirectory=") }
         XCTAssertEqual(logs, ["LogsDirectory=pinproxy"])
-        for document in ["/config/pinproxy.toml", "/README.md"] {
+        for document in ["/config/pinproxy.toml", "/docs/logs-and-metrics.md"] {
             let text = try String(contentsOfFile: repositoryRoot + document, encoding: .utf8)
             let paths = text.components(separatedBy: "\"file:").dropFirst().map { $0.prefix { $0 != "\"" } }
                 .filter { $0.hasPrefix("/") }

@@ -1,5 +1,5 @@
 """`pinproxy evaluate` on chains that OpenSSL verifies but a web-PKI rule refuses: the detail
-names the rule (README, "Trust decisions"), and `require_web_pki_profile = false` relaxes the
+names the rule (docs/trust-decisions.md), and `require_web_pki_profile = false` relaxes the
 issuance rules for a private CA.
 """
 

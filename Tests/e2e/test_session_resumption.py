@@ -1,4 +1,4 @@
-"""Upstream TLS session resumption (README "How it works"): resumption saves a handshake,
+"""Upstream TLS session resumption (docs/how-it-works.md): resumption saves a handshake,
 never a check.
 
 The daemon caches an upstream session only after its connection passed the verdict, keyed by
