@@ -142,7 +142,7 @@ trust = "system"
 # require_web_pki_profile
 #                    true (default) | false: with trust "system" or a list, the chain must also
 #                    meet the web-PKI issuance rules (extendedKeyUsage serverAuth, key
-#                    identifiers, the CN among the SANs; README, "Trust decisions"). false for a
+#                    identifiers, the CN among the SANs; docs/trust-decisions.md). false for a
 #                    private CA whose certificates lack them.
 # client_certificate "client/api.pem": PEM, the certificate then its chain, and
 # client_key         "client/api.key": its key, presented to an upstream that asks for a client

@@ -106,7 +106,7 @@ public struct HostPolicy: Sendable {
         public var minTLS: TLSVersion = .v1_2
         public var revocation: Revocation = .off
         /// Whether chains verified to the system store or to listed anchors must also meet the
-        /// web-PKI issuance rules (README, "Trust decisions"); false for a private CA that skips them.
+        /// web-PKI issuance rules (docs/trust-decisions.md); false for a private CA that skips them.
         public var requireWebPKIProfile = true
         /// `verify_command`: the operator's own check, run after the built-in ones passed, with
         /// the verified chain on stdin (`arguments[0]` is the executable's absolute path).

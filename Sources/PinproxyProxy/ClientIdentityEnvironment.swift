@@ -21,7 +21,7 @@ public enum ClientIdentityEnvironment {
         if let exe = config.clients.sections.first(where: { if case .exe = $0.selector { true } else { false } }),
            let why = ProcessExecutables.otherUsersProblem() {
             problems.append(Diagnostic(file: config.path, line: exe.line, severity: .error,
-                                       message: "\(exe.name): exe: sections cannot identify other users' programs here: \(why); they would never match them (see README, \"Policy per client\")"))
+                                       message: "\(exe.name): exe: sections cannot identify other users' programs here: \(why); they would never match them (see docs/configuration.md, \"Policy per client\")"))
         }
         return problems
     }

@@ -18,7 +18,7 @@ extension ProfileRule {
     var reason: RefusalReason { .untrustedChain }
 }
 
-/// Which chains a rule applies to (README, "Trust decisions").
+/// Which chains a rule applies to (docs/trust-decisions.md).
 enum RuleScope: Sendable {
     /// RFC 5280 requirements that every CA meets: every chain OpenSSL verified, whatever its
     /// anchors (`system`, a list, `pinned`).
