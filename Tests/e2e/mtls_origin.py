@@ -16,6 +16,8 @@ import ssl
 import threading
 from pathlib import Path
 
+import pytest
+
 import pki as pkilib
 
 TIMEOUT = 20.0
@@ -90,3 +92,19 @@ class MTLSOrigin:
     def close(self):
         self.sock.close()
 
+
+
+# ---- fixtures (import them by name into a test module)
+
+@pytest.fixture
+def clients(tmp_path):
+    """A fresh client PKI for the test."""
+    return ClientPKI(tmp_path / "clients")
+
+
+@pytest.fixture
+def origin(pki, clients):
+    """An mTLS origin on loopback serving the api.test chain, closed after the test."""
+    o = MTLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), clients.ca)
+    yield o
+    o.close()

@@ -15,10 +15,9 @@ import os
 import shutil
 import subprocess
 
-import pytest
 
 from conftest import diagnostics
-from mtls_origin import ClientPKI, MTLSOrigin
+from mtls_origin import clients, origin  # noqa: F401 (fixtures)
 from proxy_harness import (
     API,
     curl,  # noqa: F401 (fixture)
@@ -26,17 +25,6 @@ from proxy_harness import (
     run_curl,
 )
 
-
-@pytest.fixture
-def clients(tmp_path):
-    return ClientPKI(tmp_path / "clients")
-
-
-@pytest.fixture
-def origin(pki, clients):
-    o = MTLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), clients.ca)
-    yield o
-    o.close()
 
 
 def entry(clients, **extra) -> dict:

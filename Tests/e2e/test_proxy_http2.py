@@ -21,8 +21,6 @@ import json
 import socket
 import ssl
 import subprocess
-import sys
-import textwrap
 import time
 import threading
 import grpc
@@ -30,6 +28,7 @@ import httpx
 import pytest
 
 from h2origin import H2Origin
+from grpc_client import grpc_call
 from proxy_harness import (
     API,
     PIN_X,
@@ -250,27 +249,6 @@ def test_httpx_http2_wrong_pin(proxy, h2origin):
 
 
 # ----------------------------------------------------------------------- gRPC
-
-GRPC_CLIENT = textwrap.dedent("""
-    import sys, grpc
-    target, ca = sys.argv[1], sys.argv[2]
-    credentials = grpc.ssl_channel_credentials(root_certificates=open(ca, "rb").read())
-    with grpc.secure_channel(target, credentials) as channel:
-        echo = channel.unary_unary("/pinproxy.Test/Echo")
-        try:
-            print(echo(b"ping", timeout=20).decode())
-        except grpc.RpcError as error:
-            print("ERROR", error.code().name, error.details())
-            sys.exit(3)
-""")
-
-
-def grpc_call(proxy, host: str, port: int) -> subprocess.CompletedProcess:
-    """A unary call from a fresh process that reaches HOST:PORT through grpc_proxy."""
-    env = clean_env(grpc_proxy=proxy.url, GRPC_VERBOSITY="ERROR")
-    return subprocess.run([sys.executable, "-c", GRPC_CLIENT, f"{host}:{port}", str(proxy.ca_path)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
-
 
 def test_grpc_unary_pinned(proxy, grpc_origin):
     mark = proxy.mark()

@@ -14,10 +14,7 @@ a client that never sends a request). Every origin and name is on loopback ([res
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
-import textwrap
 import urllib.parse
 
 import h2.config
@@ -25,6 +22,7 @@ import h2.connection
 import h2.events
 import pytest
 
+from grpc_client import grpc_call
 from proxy_harness import (
     API,
     PIN_X,
@@ -111,28 +109,6 @@ def test_curl_http11_still_gets_http11(proxy, origins, curl):
 
 
 # ----------------------------------------------------------------------- gRPC
-
-GRPC_CLIENT = textwrap.dedent("""
-    import sys, grpc
-    target, ca = sys.argv[1], sys.argv[2]
-    credentials = grpc.ssl_channel_credentials(root_certificates=open(ca, "rb").read())
-    with grpc.secure_channel(target, credentials) as channel:
-        echo = channel.unary_unary("/pinproxy.Test/Echo")
-        try:
-            print(echo(b"ping", timeout=20).decode())
-        except grpc.RpcError as error:
-            print("ERROR", error.code().name)
-            print(error.details())
-            sys.exit(3)
-""")
-
-
-def grpc_call(proxy, host: str, port: int) -> subprocess.CompletedProcess:
-    """A unary call from a fresh process that reaches HOST:PORT through grpc_proxy."""
-    env = clean_env(grpc_proxy=proxy.url, GRPC_VERBOSITY="ERROR")
-    return subprocess.run([sys.executable, "-c", GRPC_CLIENT, f"{host}:{port}", str(proxy.ca_path)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
-
 
 def test_grpc_policy_refusal_is_permission_denied_with_the_reason(proxy, origins):
     mark = proxy.mark()

@@ -19,7 +19,7 @@ import subprocess
 import pytest
 
 from conftest import diagnostics
-from mtls_origin import ClientPKI, MTLSOrigin
+from mtls_origin import clients, origin  # noqa: F401 (fixtures)
 from proxy_harness import (
     API,
     TIMEOUT,
@@ -35,17 +35,6 @@ from proxy_harness import (
 )
 from service_support import scrape
 
-
-@pytest.fixture
-def clients(tmp_path):
-    return ClientPKI(tmp_path / "clients")
-
-
-@pytest.fixture
-def origin(pki, clients):
-    o = MTLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), clients.ca)
-    yield o
-    o.close()
 
 
 @pytest.fixture
