@@ -53,29 +53,38 @@ let package = Package(
             name: "CPinproxyBuild",
             cSettings: buildInfo
         ),
-        // Every unsafe pointer lives here: Swift types that own OpenSSL, libevent and nghttp2 objects.
+        // Plain values every other module speaks in (addresses, ALPN identifiers, deadlines, a
+        // lock): pure Swift, no C module, no I/O.
+        .target(
+            name: "PinproxyCore"
+        ),
+        // Every unsafe pointer and C call lives here: Swift types that own OpenSSL, libevent and
+        // nghttp2 objects, and thin wrappers over sockets, files and processes. No decisions.
         .target(
             name: "PinproxyInterop",
-            dependencies: ["COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims", "CPinproxyBuild"]
+            dependencies: ["PinproxyCore", "COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims", "CPinproxyBuild"]
         ),
-        // The pure trust decision and the config loader: no sockets.
+        // Every decision: the pure trust verdict (with the chain-building rules OpenSSL is asked
+        // to follow), the special-purpose address table, ALPN agreement, and the config loader.
+        // No sockets.
         .target(
             name: "PinproxyPolicy",
-            dependencies: ["PinproxyInterop", "TOMLKit"]
+            dependencies: ["PinproxyCore", "PinproxyInterop", "TOMLKit"]
         ),
         // The daemon: accept, parse CONNECT, resolve, connect, upstream TLS, intercept, relay.
         .target(
             name: "PinproxyProxy",
             dependencies: [
-                "PinproxyPolicy", "PinproxyInterop", "PinproxyService",
+                "PinproxyCore", "PinproxyPolicy", "PinproxyInterop", "PinproxyService",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // systemd integration (notify, socket activation, journald priorities) and metrics.
+        // Running as a service: systemd (notify, socket activation, the journal), the admin
+        // HTTP server's pages, metrics and pin-failure reports.
         .target(
             name: "PinproxyService",
             dependencies: [
-                "PinproxyInterop", "PinproxyPolicy",
+                "PinproxyCore", "PinproxyInterop", "PinproxyPolicy",
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 // Linked through Prometheus anyway; named so that their pins above apply.
                 .product(name: "Atomics", package: "swift-atomics"),
@@ -85,26 +94,30 @@ let package = Package(
         .executableTarget(
             name: "pinproxy",
             dependencies: [
-                "PinproxyPolicy", "PinproxyProxy", "PinproxyInterop",
+                "PinproxyCore", "PinproxyPolicy", "PinproxyProxy", "PinproxyInterop",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(
             name: "PinproxyPolicyTests",
-            dependencies: ["PinproxyPolicy", "PinproxyInterop"],
+            dependencies: ["PinproxyCore", "PinproxyPolicy", "PinproxyInterop"],
             exclude: ["limbo-known-differences.txt", "bettertls-known-differences.txt", "rule-fixtures.py"]
         ),
         .testTarget(
             name: "PinproxyServiceTests",
-            dependencies: ["PinproxyService", "PinproxyInterop", "PinproxyPolicy"]
+            dependencies: ["PinproxyCore", "PinproxyService", "PinproxyInterop", "PinproxyPolicy"]
         ),
         .testTarget(
             name: "PinproxyProxyTests",
-            dependencies: ["PinproxyProxy"]
+            dependencies: ["PinproxyCore", "PinproxyProxy"]
         ),
         .testTarget(
             name: "PinproxyInteropTests",
-            dependencies: ["PinproxyInterop"]
+            dependencies: ["PinproxyCore", "PinproxyInterop"]
+        ),
+        .testTarget(
+            name: "PinproxyCoreTests",
+            dependencies: ["PinproxyCore"]
         ),
     ]
 )
@@ -115,7 +128,7 @@ let package = Package(
 if Context.environment["PINPROXY_FUZZ"] == "1" {
     package.targets.append(.executableTarget(
         name: "pinproxy-fuzz",
-        dependencies: ["PinproxyProxy", "PinproxyPolicy", "PinproxyInterop"],
+        dependencies: ["PinproxyCore", "PinproxyProxy", "PinproxyPolicy", "PinproxyInterop"],
         path: "Fuzz/Sources",
         swiftSettings: [.unsafeFlags(["-parse-as-library"])]
     ))

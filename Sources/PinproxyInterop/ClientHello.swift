@@ -80,7 +80,7 @@ public final class ClientHelloReader {
     /// Called by OpenSSL once the whole ClientHello has arrived.
     fileprivate func received(_ ssl: OpaquePointer) {
         guard let serverName = Self.extensionBody(ssl, TLSEXT_TYPE_server_name, Self.serverName),
-              let alpn = Self.extensionBody(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, { ALPNOffer(wire: $0) }) else {
+              let alpn = Self.extensionBody(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, { ALPNOffer(wire: Array($0)) }) else {
             malformed = true
             return
         }

@@ -43,13 +43,3 @@ extension ClientConnection {
         connect(to: allowed, for: destination, opening: opening)
     }
 }
-
-/// Which destination addresses `block_private_destinations` refuses.
-public enum DestinationGuard {
-    /// True for every address of the IANA IPv4 and IPv6 special-purpose registries, multicast
-    /// and reserved blocks, and IPv6 forms that embed such an IPv4 address: see
-    /// `IPAddress.specialPurposeBlock`.
-    public static func isPrivate(_ address: IPAddress) -> Bool {
-        address.specialPurposeBlock != nil
-    }
-}

@@ -1,4 +1,5 @@
-@testable import PinproxyInterop
+import PinproxyCore
+import PinproxyPolicy
 import XCTest
 
 /// `ALPNAgreement`: when the client can be given what the upstream negotiated, and what the
@@ -42,7 +43,7 @@ final class ALPNAgreementTests: XCTestCase {
 
     func testWireForm() {
         func read(_ bytes: [UInt8]) -> ALPNOffer? {
-            bytes.withUnsafeBufferPointer { ALPNOffer(wire: $0) }
+            ALPNOffer(wire: bytes)
         }
         XCTAssertEqual(read([2, 0x68, 0x32, 8] + Array("http/1.1".utf8)), offer("h2", "http/1.1"))
         XCTAssertEqual(read(offer("h2", "http/1.1").wire), offer("h2", "http/1.1"))

@@ -1,4 +1,3 @@
-import Glibc
 import Foundation
 
 /// When a blocking exchange must be over, on the monotonic clock. Every wait in the exchange
@@ -12,27 +11,23 @@ public struct Deadline: Sendable {
     /// `seconds` from now.
     public init(after seconds: TimeInterval) {
         self.seconds = seconds
-        end = ProcessLimits.monotonicSeconds() + seconds
+        end = Self.now() + seconds
     }
 
     /// Seconds left; 0 once the deadline has passed.
-    public var remaining: TimeInterval { max(0, end - ProcessLimits.monotonicSeconds()) }
+    public var remaining: TimeInterval { max(0, end - Self.now()) }
 
-    /// Waits until `socket` is ready for `events` (or has an error for the next call to report);
-    /// false when the deadline passes first.
-    func wait(_ socket: Int32, for events: Int16) -> Bool {
-        while true {
-            let left = remaining
-            guard left > 0 else { return false }
-            var entry = pollfd(fd: socket, events: events, revents: 0)
-            // Rounded up, so that a wait never ends just short of the deadline and spins.
-            let ready = poll(&entry, 1, Int32((min(left, 86_400) * 1000).rounded(.up)))
-            if ready > 0 || (ready < 0 && errno != EINTR) { return true }
-        }
+    /// Seconds since the first deadline, on `SuspendingClock` (CLOCK_MONOTONIC on Linux):
+    /// unaffected by changes to the wall clock.
+    private static func now() -> TimeInterval {
+        let elapsed = origin.duration(to: .now).components
+        return TimeInterval(elapsed.seconds) + TimeInterval(elapsed.attoseconds) / 1e18
     }
 
+    private static let origin = SuspendingClock.now
+
     /// `operation` ran out of this deadline's time.
-    func timedOut(_ operation: String) -> TimedOut {
+    public func timedOut(_ operation: String) -> TimedOut {
         TimedOut(operation: operation, seconds: seconds)
     }
 }

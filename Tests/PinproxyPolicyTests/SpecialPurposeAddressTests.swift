@@ -1,5 +1,6 @@
 import XCTest
-import PinproxyInterop
+import PinproxyCore
+import PinproxyPolicy
 
 /// `IPAddress.specialPurposeBlock`, the classifier behind `block_private_destinations`: every
 /// block of the IANA special-purpose registries, at its first and last address, with the

@@ -1,6 +1,3 @@
-import Glibc
-import COpenSSL
-
 /// One ALPN protocol identifier (RFC 7301): 1 to 255 bytes, compared byte for byte.
 public struct ALPNProtocol: Hashable, Sendable, CustomStringConvertible {
     public let bytes: [UInt8]
@@ -28,7 +25,7 @@ public struct ALPNOffer: Hashable, Sendable, CustomStringConvertible {
 
     /// Reads the wire form: a list of length-prefixed identifiers (the ALPN extension's body
     /// after its own two-byte length). Nil when it is malformed or empty.
-    init?(wire: UnsafeBufferPointer<UInt8>) {
+    public init?(wire: [UInt8]) {
         var protocols: [ALPNProtocol] = []
         var index = 0
         while index < wire.count {
@@ -43,7 +40,7 @@ public struct ALPNOffer: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The wire form SSL_set_alpn_protos takes.
-    var wire: [UInt8] {
+    public var wire: [UInt8] {
         protocols.flatMap { [UInt8($0.bytes.count)] + $0.bytes }
     }
 
@@ -56,27 +53,4 @@ public struct ALPNOffer: Hashable, Sendable, CustomStringConvertible {
     /// What an upstream is offered for a client that offers no ALPN: http/1.1, the protocol
     /// such a client speaks.
     public static let noClientOffer = ALPNOffer([.http11])
-}
-
-/// Whether the client can be given what the upstream negotiated, so that both sides of a
-/// tunnel speak the same protocol.
-public enum ALPNAgreement {
-    /// True when a client that offers `clientOffer` (nil: no ALPN extension) can be given
-    /// exactly what the upstream negotiated (`upstream`, nil: none) in answer to `upstreamOffer`:
-    /// - the upstream chose a protocol the client offers (the client gets it);
-    /// - the upstream chose none, and the client offers nothing the upstream was not already
-    ///   offered (asked again, it would choose none again; the client gets none);
-    /// - the client offers no ALPN, and the upstream chose none or http/1.1 (what such a
-    ///   client speaks; it gets no ALPN).
-    /// Otherwise the upstream must be asked again with the client's own offer.
-    public static func carries(upstream: ALPNProtocol?, upstreamOffer: ALPNOffer, clientOffer: ALPNOffer?) -> Bool {
-        guard let clientOffer else { return upstream == nil || upstream == .http11 }
-        guard let upstream else { return Set(clientOffer.protocols).isSubset(of: upstreamOffer.protocols) }
-        return clientOffer.protocols.contains(upstream)
-    }
-
-    /// What the upstream is offered when it must be asked again for this client.
-    public static func reopenOffer(for clientOffer: ALPNOffer?) -> ALPNOffer {
-        clientOffer ?? .noClientOffer
-    }
 }
