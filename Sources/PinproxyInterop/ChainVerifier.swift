@@ -24,6 +24,19 @@ public struct ChainProblem: Sendable, Hashable, CustomStringConvertible {
         subject.isEmpty ? "\(message) (depth \(depth))" : "\(message) (depth \(depth): \(subject))"
     }
 
+    /// True for OpenSSL's codes for a certificate's names against an issuer's name
+    /// constraints (reported at the constrained certificate).
+    public var isNameConstraintViolation: Bool {
+        switch code {
+        case X509_V_ERR_PERMITTED_VIOLATION, X509_V_ERR_EXCLUDED_VIOLATION, X509_V_ERR_SUBTREE_MINMAX,
+             X509_V_ERR_UNSUPPORTED_CONSTRAINT_TYPE, X509_V_ERR_UNSUPPORTED_CONSTRAINT_SYNTAX,
+             X509_V_ERR_UNSUPPORTED_NAME_SYNTAX:
+            return true
+        default:
+            return false
+        }
+    }
+
     static func kind(of code: Int32) -> Kind {
         switch code {
         case X509_V_ERR_CERT_HAS_EXPIRED:
@@ -58,99 +71,18 @@ public struct ChainVerification: Sendable {
 }
 
 extension TrustStore {
-    /// At most this many extra path-building attempts per verification (see `verify`).
-    static let alternativePathAttempts = 8
-
-    /// Builds and verifies a chain for `leaf` with X509_verify_cert: purpose TLS server,
-    /// security level 2, the given time, partial chains when this store accepts them, and the leaf checked against
-    /// `crls` when given. Verification goes on past each problem so that all are reported.
-    ///
-    /// OpenSSL builds one path and does not backtrack. When that path has a problem at a
-    /// presented intermediate (a name-constraint violation, an issuer that leads nowhere), the
-    /// path is built again without that intermediate, up to `alternativePathAttempts` times;
-    /// the first path OpenSSL verifies without a problem wins. Every path tried is verified in
-    /// full, so leaving candidates out can only find another valid path, never accept an
-    /// invalid one. When none verifies, the first path's problems are reported.
-    ///
-    /// A chain that verified is remembered in `memory`, when given (`VerifiedChains`), for this
-    /// store and the same certificates and CRLs, and given again while the time stays within
-    /// every certificate's and CRL's validity: a resumed connection presents its server's chain
-    /// again, and X509_verify_cert would repeat the same signature checks with the same outcome.
-    public func verify(
+    /// One X509_verify_cert run over exactly these candidates: purpose TLS server, security
+    /// level 2, the given time, partial chains when this store accepts them, and the leaf
+    /// checked against `crls` when given. Verification goes on past each problem so that all
+    /// are reported; a problem is not recorded when `accepting` (the caller's rule, asked with
+    /// the certificate concerned) says so. Which paths to try is the caller's decision
+    /// (`verify` in PinproxyPolicy).
+    public func verifyPath(
         leaf: Certificate,
         intermediates: [Certificate],
         at time: Date,
-        crls: [RevocationList]? = nil,
-        remembering memory: VerifiedChains? = nil
-    ) -> ChainVerification {
-        guard let memory else { return verifyUncached(leaf: leaf, intermediates: intermediates, at: time, crls: crls) }
-        let key = VerifiedChains.Key(leaf: leaf, intermediates: intermediates, crls: crls)
-        if let known = memory.result(for: key, in: self, at: time) { return known }
-        let result = verifyUncached(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
-        if result.isVerified { memory.remember(result, for: key, in: self, crls: crls ?? [], at: time) }
-        return result
-    }
-
-    private func verifyUncached(
-        leaf: Certificate,
-        intermediates: [Certificate],
-        at time: Date,
-        crls: [RevocationList]?
-    ) -> ChainVerification {
-        let first = verifyOnePath(leaf: leaf, intermediates: intermediates, at: time, crls: crls)
-        guard !first.isVerified else { return first }
-        var pending = Self.alternatives(after: first, candidates: intermediates)
-        var tried: Set<[[UInt8]]> = [intermediates.map(\.certificateSHA256)]
-        var attempts = 0
-        while attempts < Self.alternativePathAttempts, let candidates = pending.popLast() {
-            guard tried.insert(candidates.map(\.certificateSHA256)).inserted else { continue }
-            attempts += 1
-            let result = verifyOnePath(leaf: leaf, intermediates: candidates, at: time, crls: crls)
-            if result.isVerified { return result }
-            pending += Self.alternatives(after: result, candidates: candidates)
-        }
-        return first
-    }
-
-    /// The candidate sets to try after a failed path: each leaves out one presented
-    /// intermediate that may be why the path failed — the certificate at the depth of a
-    /// problem or, for a name-constraint violation (reported at the constrained certificate),
-    /// each certificate above it on the path that carries name constraints.
-    private static func alternatives(after failed: ChainVerification, candidates: [Certificate]) -> [[Certificate]] {
-        var culprits: [Certificate] = []
-        for problem in failed.problems.sorted(by: { $0.depth < $1.depth }) {
-            let depths = isNameConstraintProblem(problem.code)
-                ? Array((problem.depth + 1)..<max(problem.depth + 1, failed.chain.count)).filter {
-                    failed.chain[$0].criticality(of: .nameConstraints) != nil
-                }
-                : [problem.depth]
-            for depth in depths where depth > 0 && depth < failed.chain.count {
-                let culprit = failed.chain[depth]
-                if candidates.contains(culprit) && !culprits.contains(culprit) { culprits.append(culprit) }
-            }
-        }
-        // Tried last first (the list is a stack): the culprit nearest the leaf goes first.
-        return culprits.reversed().map { culprit in candidates.filter { $0 != culprit } }
-    }
-
-    /// OpenSSL's codes for a certificate's names against an issuer's name constraints.
-    private static func isNameConstraintProblem(_ code: Int32) -> Bool {
-        switch code {
-        case X509_V_ERR_PERMITTED_VIOLATION, X509_V_ERR_EXCLUDED_VIOLATION, X509_V_ERR_SUBTREE_MINMAX,
-             X509_V_ERR_UNSUPPORTED_CONSTRAINT_TYPE, X509_V_ERR_UNSUPPORTED_CONSTRAINT_SYNTAX,
-             X509_V_ERR_UNSUPPORTED_NAME_SYNTAX:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// One X509_verify_cert run over exactly these candidates.
-    private func verifyOnePath(
-        leaf: Certificate,
-        intermediates: [Certificate],
-        at time: Date,
-        crls: [RevocationList]?
+        crls: [RevocationList]?,
+        accepting: @escaping (ChainProblem, Certificate?) -> Bool
     ) -> ChainVerification {
         guard let context = X509_STORE_CTX_new() else {
             return ChainVerification(chain: [], problems: [Self.internalProblem("X509_STORE_CTX_new")])
@@ -187,7 +119,7 @@ extension TrustStore {
         let second = time.timeIntervalSince1970.rounded(.down)
         X509_VERIFY_PARAM_set_time(parameters, time_t(second))
 
-        let collector = ProblemCollector(validationSecond: Date(timeIntervalSince1970: second))
+        let collector = ProblemCollector(accepting: accepting)
         let unmanaged = Unmanaged.passRetained(collector)
         defer { unmanaged.release() }
         _ = pp_X509_STORE_CTX_set_app_data(context, unmanaged.toOpaque())
@@ -231,101 +163,25 @@ extension TrustStore {
 /// Receives problems from the C verify callback; used by one verification on one thread.
 final class ProblemCollector {
     private(set) var problems: [ChainProblem] = []
-    /// The validation time, truncated to whole seconds (validity is stated in seconds).
-    let validationSecond: Date
+    /// The caller's rule: true for a problem that is not one (see `verifyPath`).
+    private let accepting: (ChainProblem, Certificate?) -> Bool
 
-    init(validationSecond: Date) {
-        self.validationSecond = validationSecond
+    init(accepting: @escaping (ChainProblem, Certificate?) -> Bool) {
+        self.accepting = accepting
     }
 
     /// The verify callback's answer to one report of OpenSSL's (`ok` 0: a problem `code` at
-    /// `depth`, about `certificate`). It only ever narrows OpenSSL's decision, with one exception:
-    /// RFC 5280 4.1.2.5 makes notAfter inclusive, to the second, where OpenSSL counts a certificate
-    /// as expired from its notAfter second on, so `X509_V_ERR_CERT_HAS_EXPIRED` within that second
-    /// is accepted. Every other problem is recorded, which fails the verification
-    /// (`ChainVerification.isVerified`), and then answered 1 only so that OpenSSL goes on and
-    /// reports the rest of the chain's problems too.
+    /// `depth`, about `certificate`). It only ever narrows OpenSSL's decision, except where the
+    /// caller's rule accepts the problem. Every other problem is recorded, which fails the
+    /// verification (`ChainVerification.isVerified`), and then answered 1 only so that OpenSSL
+    /// goes on and reports the rest of the chain's problems too.
     func review(ok: Int32, code: Int32, depth: Int, certificate: Certificate?) -> Int32 {
         guard ok == 0 else { return ok }
-        if code == X509_V_ERR_CERT_HAS_EXPIRED, let certificate, certificate.notAfter >= validationSecond {
-            return 1
-        }
         let problem = ChainProblem(kind: ChainProblem.kind(of: code), code: code, depth: depth,
                                    message: String(cString: X509_verify_cert_error_string(Int(code))),
                                    subject: certificate?.subject ?? "")
+        if accepting(problem, certificate) { return 1 }
         if !problems.contains(problem) { problems.append(problem) }
         return 1
-    }
-}
-
-/// The chains verified against the stores of one config generation, so that the same chain
-/// (a resumed connection's, or the next client's of the same server) is not verified again
-/// while nothing that decided it has changed. Per store, keyed by the SHA-256 of every
-/// presented certificate, in order, and of every CRL; an entry answers only while the time is
-/// strictly inside every certificate's and every CRL's validity, and for `lifetime` at most.
-/// Only verified chains are kept: a failure is always worked out afresh, with all its problems.
-/// The config generation owns it (a reload starts a new one, with its new stores).
-public final class VerifiedChains: Sendable {
-    struct Key: Hashable, Sendable {
-        let certificates: [[UInt8]]
-        let crls: [[UInt8]]?
-
-        init(leaf: Certificate, intermediates: [Certificate], crls: [RevocationList]?) {
-            certificates = ([leaf] + intermediates).map(\.certificateSHA256)
-            self.crls = crls?.map(\.sha256)
-        }
-    }
-
-    private struct Entry: Sendable {
-        let result: ChainVerification
-        /// The validation second must be after this and before `validUntil`.
-        let validAfter: Date
-        let validUntil: Date
-        let expires: TimeInterval
-    }
-
-    /// One store's chains. It holds the store, so that no other store can take its identity.
-    private struct Remembered: Sendable {
-        let store: TrustStore
-        var entries: [Key: Entry] = [:]
-    }
-
-    private let stores = Locked<[ObjectIdentifier: Remembered]>([:])
-    /// Entries per store; when full, the store's are all forgotten and it starts again.
-    static let capacity = 1024
-    /// How long an entry answers at most (monotonic seconds).
-    static let lifetime: TimeInterval = 300
-
-    public init() {}
-
-    func result(for key: Key, in store: TrustStore, at time: Date) -> ChainVerification? {
-        let second = Date(timeIntervalSince1970: time.timeIntervalSince1970.rounded(.down))
-        let now = ProcessLimits.monotonicSeconds()
-        return stores.withLock { stores -> ChainVerification? in
-            guard let entry = stores[ObjectIdentifier(store)]?.entries[key] else { return nil }
-            guard now < entry.expires else {
-                stores[ObjectIdentifier(store)]?.entries[key] = nil
-                return nil
-            }
-            return entry.validAfter < second && second < entry.validUntil ? entry.result : nil
-        }
-    }
-
-    func remember(_ result: ChainVerification, for key: Key, in store: TrustStore, crls: [RevocationList], at time: Date) {
-        let presented = result.chain
-        var validAfter = presented.map(\.notBefore).max() ?? .distantFuture
-        var validUntil = presented.map(\.notAfter).min() ?? .distantPast
-        for crl in crls {
-            validAfter = max(validAfter, crl.lastUpdate ?? .distantFuture)
-            validUntil = min(validUntil, crl.nextUpdate ?? validUntil)
-        }
-        let entry = Entry(result: result, validAfter: validAfter, validUntil: validUntil,
-                          expires: ProcessLimits.monotonicSeconds() + Self.lifetime)
-        stores.withLock { stores in
-            var remembered = stores[ObjectIdentifier(store)] ?? Remembered(store: store)
-            if remembered.entries.count >= Self.capacity { remembered.entries.removeAll() }
-            remembered.entries[key] = entry
-            stores[ObjectIdentifier(store)] = remembered
-        }
     }
 }

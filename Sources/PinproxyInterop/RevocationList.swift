@@ -7,7 +7,7 @@ import CPinproxyShims
 public final class RevocationList: @unchecked Sendable {
     let handle: OpaquePointer
     /// SHA-256 of the DER encoding: the CRL's identity in `VerifiedChains`.
-    let sha256: [UInt8]
+    public let sha256: [UInt8]
 
     init(taking handle: OpaquePointer) {
         self.handle = handle

@@ -1,5 +1,6 @@
 import Foundation
 import PinproxyInterop
+import PinproxyPolicy
 import XCTest
 
 /// `TrustStore.verify` remembers chains it verified in the memory it is given (`VerifiedChains`). The memory may only save
