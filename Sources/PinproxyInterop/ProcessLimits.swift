@@ -22,4 +22,12 @@ public enum ProcessLimits {
         clock_gettime(CLOCK_MONOTONIC, &now)
         return TimeInterval(now.tv_sec) + TimeInterval(now.tv_nsec) / 1_000_000_000
     }
+
+    /// `CLOCK_MONOTONIC` in microseconds: the clock of `MONOTONIC_USEC=` in a systemd reload
+    /// notification.
+    public static func monotonicMicroseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1_000
+    }
 }

@@ -29,7 +29,7 @@ public struct SystemdNotifier: Sendable {
     public init(
         environment: [String: String] = ProcessInfo.processInfo.environment,
         pid: Int32 = ProcessInfo.processInfo.processIdentifier,
-        monotonicMicroseconds: @escaping @Sendable () -> UInt64 = { NotifySocket.monotonicMicroseconds() }
+        monotonicMicroseconds: @escaping @Sendable () -> UInt64 = { ProcessLimits.monotonicMicroseconds() }
     ) {
         let socket = environment["NOTIFY_SOCKET"].flatMap { $0.isEmpty ? nil : $0 }
         self.socketAddress = socket

@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import XCTest
 @testable import PinproxyInterop
+@testable import PinproxyService
 
 final class InheritedSocketsTests: XCTestCase {
     func testParseHonoursListenPID() throws {

@@ -22,9 +22,9 @@ final class SystemdNotifierTests: XCTestCase {
         XCTAssertEqual(receiver.receive(), "READY=1\nSTATUS=listening on 127.0.0.1:3128, 3 host entries",
                        file: file, line: line)
 
-        let before = NotifySocket.monotonicMicroseconds()
+        let before = ProcessLimits.monotonicMicroseconds()
         XCTAssertNil(notifier.reloading())
-        let after = NotifySocket.monotonicMicroseconds()
+        let after = ProcessLimits.monotonicMicroseconds()
         let reload = fields(receiver.receive())
         XCTAssertEqual(reload.map(\.0), ["RELOADING", "MONOTONIC_USEC"], file: file, line: line)
         XCTAssertEqual(reload.first?.1, "1", file: file, line: line)
@@ -124,7 +124,7 @@ final class SystemdNotifierTests: XCTestCase {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         let reference = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1_000
-        let measured = NotifySocket.monotonicMicroseconds()
+        let measured = ProcessLimits.monotonicMicroseconds()
         XCTAssertGreaterThanOrEqual(measured, reference)
         XCTAssertLessThan(measured - reference, 5_000_000)
     }

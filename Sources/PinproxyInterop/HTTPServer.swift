@@ -2,55 +2,53 @@ import Glibc
 import Foundation
 import CLibevent
 
-/// What an admin route answers.
-public struct AdminHTTPResponse: Sendable, Equatable {
+/// A request as `HTTPServer` hands it to its handler.
+public struct HTTPRequest: Sendable {
+    public enum Method: Sendable {
+        case get, head, other
+    }
+
+    public let method: Method
+    /// The path without query or fragment; "" when it has none.
+    public let path: String
+}
+
+/// What the handler answers: a status, headers in order, and a body (not sent for HEAD).
+public struct HTTPResponse: Sendable, Equatable {
     public var status: Int
-    public var contentType: String
+    public var headers: [HTTPHeader]
     public var body: [UInt8]
 
-    public init(status: Int, contentType: String, body: [UInt8]) {
+    public init(status: Int, headers: [HTTPHeader], body: [UInt8]) {
         self.status = status
-        self.contentType = contentType
+        self.headers = headers
         self.body = body
     }
+}
 
-    public init(status: Int, contentType: String, body: String) {
-        self.init(status: status, contentType: contentType, body: Array(body.utf8))
+/// One response header.
+public struct HTTPHeader: Sendable, Equatable {
+    public let name: String
+    public let value: String
+
+    public init(_ name: String, _ value: String) {
+        self.name = name
+        self.value = value
     }
 }
 
-/// A route handler. It runs on the thread running the server's event base, between other
-/// events of that base, so it should be quick and must not block.
-public typealias AdminHTTPHandler = @Sendable () -> AdminHTTPResponse
-
-/// Why the admin server could not start.
-public enum AdminHTTPServerError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// The host is not an IP literal (names are not resolved).
-    case notAnIPAddress(String)
+/// Why an `HTTPServer` could not start.
+public enum HTTPServerError: Error, Equatable, Sendable {
     /// `evhttp_new` failed.
     case createFailed
-    /// Binding `host:port` failed; `errno` as left by the failing call (0 when unknown).
-    case bindFailed(host: String, port: UInt16, errno: Int32)
-
-    public var description: String {
-        switch self {
-        case .notAnIPAddress(let host):
-            return "'\(host)' is not an IP address"
-        case .createFailed:
-            return "evhttp_new failed"
-        case .bindFailed(let host, let port, let code):
-            let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-            return code == 0 ? "cannot listen on \(address)" : "cannot listen on \(address): \(String(cString: strerror(code)))"
-        }
-    }
+    /// Binding failed; `errno` as left by the failing call (0 when unknown).
+    case bindFailed(errno: Int32)
 }
 
-/// A small HTTP server for `/metrics` and `/healthz`, on libevent's `evhttp`, sharing an event base
-/// the caller runs (for pinproxy, one of the daemon's `EventLoop`s: pass its `base`).
-///
-/// Routing is by exact path (the query string is ignored): `GET` and `HEAD` reach the route's
-/// handler; other methods get 405, unknown paths 404. Responses carry `Content-Type`,
-/// `Content-Length` (libevent) and `Cache-Control: no-store`.
+/// A small HTTP server on libevent's `evhttp`, sharing an event base the caller runs (pass an
+/// `EventLoop`). Every request goes to one handler, which sees its method and path and
+/// decides the answer; responses carry the handler's headers and `Content-Length` (for HEAD,
+/// that of the body, which is not sent).
 ///
 /// Limits: evhttp's own timeout restarts on every byte read, so a client dripping a header
 /// byte at a time could hold a connection for ever. Each connection therefore also has a
@@ -59,69 +57,62 @@ public enum AdminHTTPServerError: Error, Equatable, Sendable, CustomStringConver
 /// accepting stops (further clients wait in the kernel's backlog) until one closes. An accept
 /// error (out of descriptors, say) pauses accepting for `Listener.pauseAfterError` and is
 /// reported once per pause through `onAcceptError`, instead of libevent retrying and
-/// logging at once.
+/// logging at once. Headers are limited to 8 KiB and bodies to 1 KiB.
 ///
 /// Ownership: the server owns its `evhttp` and frees it exactly once, in `deinit`, which also
-/// closes the listening socket and open admin connections. The routing table and the
+/// closes the listening socket and open connections. The handler and the
 /// connection gate are handed to libevent as `Unmanaged` context pointers retained once at
 /// `init` and released once in `deinit`, after `evhttp_free` guarantees no server callback can
 /// use them any more. The gate holds a reference to each connection's bufferevent until
 /// evhttp has freed it (see `Gate`).
 ///
-/// Threading: libevent calls handlers on the thread running the base. Create the server before
+/// Threading: libevent calls the handler on the thread running the base, between other
+/// events of that base, so it should be quick and must not block. Create the server before
 /// or on that thread, and release it on that thread or after the loop has stopped; the loop
 /// must outlive the server.
-public final class AdminHTTPServer: @unchecked Sendable {
+public final class HTTPServer: @unchecked Sendable {
     /// The owned `struct evhttp *`.
     private let http: OpaquePointer
-    /// The retained routing table passed to libevent as callback context.
+    /// The retained handler passed to libevent as callback context.
     private let router: Unmanaged<Router>
     /// The retained connection gate passed to libevent as callback context.
     private let gate: Unmanaged<Gate>
-    /// The address the server listens on.
-    public let host: String
     /// The port it listens on: the one asked for, or the kernel's choice for port 0.
     public let boundPort: UInt16
     /// The address and port it listens on.
     public var boundAddress: SocketAddress { SocketAddress(address: address, port: boundPort) }
     private let address: IPAddress
 
-    /// Admin connections open at most, by default.
-    public static let defaultMaxConnections = 16
-
-    /// Starts listening on `host:port` (an IP literal without brackets: `127.0.0.1`, `::1`;
-    /// port 0 picks a free port, see `boundPort`) on `loop`. Requests are served once the
-    /// loop runs.
+    /// Starts listening on `address:port` (port 0 picks a free port, see `boundPort`) on
+    /// `loop`. Requests are served once the loop runs; `maxConnections` is at least 1.
     public init(
         loop: EventLoop,
-        host: String,
+        address: IPAddress,
         port: UInt16,
-        routes: [String: AdminHTTPHandler],
-        requestTimeout: TimeInterval = 10,
-        maxConnections: Int = AdminHTTPServer.defaultMaxConnections,
-        onAcceptError: ((String) -> Void)? = nil
-    ) throws(AdminHTTPServerError) {
-        guard let address = IPAddress(host), !host.hasPrefix("[") else { throw .notAnIPAddress(host) }
+        requestTimeout: TimeInterval,
+        maxConnections: Int,
+        onAcceptError: ((String) -> Void)?,
+        handler: @escaping (HTTPRequest) -> HTTPResponse
+    ) throws(HTTPServerError) {
         guard let http = evhttp_new(loop.base) else { throw .createFailed }
         errno = 0
         guard let bound = evhttp_bind_socket_with_handle(http, address.description, port) else {
             let code = errno
             evhttp_free(http)
-            throw .bindFailed(host: host, port: port, errno: code)
+            throw .bindFailed(errno: code)
         }
         let fd = evhttp_bound_socket_get_fd(bound)
         self.http = http
-        self.host = host
         self.address = address
         self.boundPort = Self.localPort(of: fd) ?? port
 
-        // Admin requests are tiny: refuse anything large, cut idle connections.
+        // Requests are tiny: refuse anything large, cut idle connections.
         var idle = timeval(requestTimeout)
         evhttp_set_timeout_tv(http, &idle)
         evhttp_set_max_headers_size(http, 8 * 1024)
         evhttp_set_max_body_size(http, 1024)
 
-        router = Unmanaged.passRetained(Router(routes: routes))
+        router = Unmanaged.passRetained(Router(handler: handler))
         gate = Unmanaged.passRetained(Gate(loop: loop, listener: evhttp_bound_socket_get_listener(bound),
                                            deadline: requestTimeout, maxConnections: max(1, maxConnections),
                                            onAcceptError: onAcceptError))
@@ -164,35 +155,26 @@ public final class AdminHTTPServer: @unchecked Sendable {
         }
     }
 
-    /// The routing table and the request handling, reached from the C callback.
+    /// The handler and the replies, reached from the C callback.
     private final class Router {
-        let routes: [String: AdminHTTPHandler]
+        let handler: (HTTPRequest) -> HTTPResponse
         /// Told of each request once its answer is queued.
         var answered: ((OpaquePointer) -> Void)?
 
-        init(routes: [String: AdminHTTPHandler]) {
-            self.routes = routes
+        init(handler: @escaping (HTTPRequest) -> HTTPResponse) {
+            self.handler = handler
         }
 
         func handle(_ request: OpaquePointer) {
-            let path = Self.path(of: request)
-            let response: AdminHTTPResponse
-            var allow: String?
-            let isHead = evhttp_request_get_command(request) == EVHTTP_REQ_HEAD
-            if let handler = routes[path] {
-                switch evhttp_request_get_command(request) {
-                case EVHTTP_REQ_GET, EVHTTP_REQ_HEAD:
-                    response = handler()
-                default:
-                    allow = "GET, HEAD"
-                    response = AdminHTTPResponse(status: 405, contentType: "text/plain; charset=utf-8",
-                                                 body: "method not allowed\n")
-                }
-            } else {
-                response = AdminHTTPResponse(status: 404, contentType: "text/plain; charset=utf-8", body: "not found\n")
+            let method: HTTPRequest.Method
+            switch evhttp_request_get_command(request) {
+            case EVHTTP_REQ_GET: method = .get
+            case EVHTTP_REQ_HEAD: method = .head
+            default: method = .other
             }
+            let response = handler(HTTPRequest(method: method, path: Self.path(of: request)))
             answered?(request)
-            send(response, allow: allow, headOnly: isHead, to: request)
+            send(response, headOnly: method == .head, to: request)
         }
 
         /// The request's path without query or fragment; "" when it has none.
@@ -205,11 +187,9 @@ public final class AdminHTTPServer: @unchecked Sendable {
 
         /// Sends `response`; for HEAD, its headers (with the body's `Content-Length`) only,
         /// since evhttp itself would send the body.
-        private func send(_ response: AdminHTTPResponse, allow: String?, headOnly: Bool, to request: OpaquePointer) {
+        private func send(_ response: HTTPResponse, headOnly: Bool, to request: OpaquePointer) {
             if let headers = evhttp_request_get_output_headers(request) {
-                evhttp_add_header(headers, "Content-Type", response.contentType)
-                evhttp_add_header(headers, "Cache-Control", "no-store")
-                if let allow { evhttp_add_header(headers, "Allow", allow) }
+                for header in response.headers { evhttp_add_header(headers, header.name, header.value) }
                 if headOnly { evhttp_add_header(headers, "Content-Length", String(response.body.count)) }
             }
             guard let buffer = evbuffer_new() else {
@@ -238,8 +218,8 @@ public final class AdminHTTPServer: @unchecked Sendable {
     }
 }
 
-extension AdminHTTPServer {
-    /// Counts the admin connections and gives each its deadline; stops and resumes accepting.
+extension HTTPServer {
+    /// Counts the connections and gives each its deadline; stops and resumes accepting.
     ///
     /// evhttp asks `open(on:)` for each accepted connection's bufferevent. The gate makes it,
     /// and keeps one reference to it of its own: when evhttp frees the connection, the
@@ -365,7 +345,7 @@ extension AdminHTTPServer {
         }
     }
 
-    /// One admin connection: its bufferevent, with the gate's reference to it, and its deadline.
+    /// One connection: its bufferevent, with the gate's reference to it, and its deadline.
     fileprivate final class Connection {
         let socket: OpaquePointer
         var deadline: Timer?

@@ -1,9 +1,5 @@
-import Glibc
 import Foundation
-// Not used directly. CPinproxyShims.h includes <sys/socket.h>: when a compile job of this module
-// has loaded that C module, it owns the `SOCK_STREAM` constant and Glibc no longer provides it,
-// so a file naming `SOCK_STREAM` must import it too (or the build fails depending on batching).
-import CPinproxyShims
+import PinproxyInterop
 
 /// Why the sockets a service manager passed (`LISTEN_FDS`) cannot be used.
 public enum InheritedSocketsError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -29,7 +25,7 @@ public enum InheritedSocketsError: Error, Equatable, Sendable, CustomStringConve
         case .notListeningStream(let fd):
             return "inherited descriptor \(fd) is not a listening stream socket"
         case .system(let call, let fd, let code):
-            return "\(call) on inherited descriptor \(fd): \(String(cString: strerror(code)))"
+            return "\(call) on inherited descriptor \(fd): \(ProcessEnvironment.errorText(code))"
         }
     }
 }
@@ -72,8 +68,8 @@ public enum InheritedSockets {
     ///   The caller owns them.
     public static func take() throws(InheritedSocketsError) -> [Int32] {
         let environment = ProcessInfo.processInfo.environment
-        for name in variables { unsetenv(name) }
-        let descriptors = try parse(environment: environment, pid: getpid())
+        for name in variables { ProcessEnvironment.unset(name) }
+        let descriptors = try parse(environment: environment, pid: ProcessInfo.processInfo.processIdentifier)
         // Close-on-exec first, on every descriptor, so none leaks even when one is invalid.
         var firstError: InheritedSocketsError?
         for fd in descriptors {
@@ -96,36 +92,28 @@ public enum InheritedSockets {
 
     /// Throws unless `fd` is an open, listening `SOCK_STREAM` socket.
     public static func validateListening(_ fd: Int32) throws(InheritedSocketsError) {
-        var status = stat()
-        guard fstat(fd, &status) == 0 else {
-            if errno == EBADF { throw .notOpen(fd: fd) }
-            throw .system(call: "fstat", fd: fd, errno: errno)
+        let isSocket: Bool
+        do throws(DescriptorError) {
+            isSocket = try Descriptor.status(of: fd).isSocket
+        } catch {
+            throw inheritedError(error, fd: fd)
         }
-        guard status.st_mode & S_IFMT == S_IFSOCK else { throw .notListeningStream(fd: fd) }
-        guard intOption(fd, SO_TYPE) == Int32(SOCK_STREAM.rawValue),
-              intOption(fd, SO_ACCEPTCONN) == 1 else {
-            throw .notListeningStream(fd: fd)
-        }
+        guard isSocket, Descriptor.isListeningStream(fd) else { throw .notListeningStream(fd: fd) }
     }
 
     /// Sets `FD_CLOEXEC` on `fd`, keeping its other descriptor flags.
     static func setCloseOnExec(_ fd: Int32) throws(InheritedSocketsError) {
-        let flags = fcntl(fd, F_GETFD)
-        guard flags >= 0 else {
-            if errno == EBADF { throw .notOpen(fd: fd) }
-            throw .system(call: "fcntl(F_GETFD)", fd: fd, errno: errno)
-        }
-        if flags & FD_CLOEXEC != 0 { return }
-        guard fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0 else {
-            throw .system(call: "fcntl(F_SETFD)", fd: fd, errno: errno)
+        do throws(DescriptorError) {
+            try Descriptor.setCloseOnExec(fd)
+        } catch {
+            throw inheritedError(error, fd: fd)
         }
     }
 
-    /// An `SOL_SOCKET` integer option, or nil when it cannot be read.
-    private static func intOption(_ fd: Int32, _ option: Int32) -> Int32? {
-        var value: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        guard getsockopt(fd, SOL_SOCKET, option, &value, &length) == 0 else { return nil }
-        return value
+    private static func inheritedError(_ error: DescriptorError, fd: Int32) -> InheritedSocketsError {
+        switch error {
+        case .notOpen: return .notOpen(fd: fd)
+        case .system(let call, let code): return .system(call: call, fd: fd, errno: code)
+        }
     }
 }

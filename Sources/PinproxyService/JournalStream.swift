@@ -1,5 +1,5 @@
-import Glibc
 import Foundation
+import PinproxyInterop
 
 /// Whether a descriptor is connected to journald's stream socket.
 ///
@@ -17,9 +17,8 @@ public enum JournalStream {
 
     /// The `fstat` device and inode of `fd`, nil when `fd` is not open.
     public static func identity(of fd: Int32) -> (device: UInt64, inode: UInt64)? {
-        var status = stat()
-        guard fstat(fd, &status) == 0 else { return nil }
-        return (UInt64(status.st_dev), UInt64(status.st_ino))
+        guard let status = try? Descriptor.status(of: fd) else { return nil }
+        return (status.device, status.inode)
     }
 
     /// Whether `fd` is the stream that `journalStream` (a `JOURNAL_STREAM` value) names.
@@ -34,6 +33,6 @@ public enum JournalStream {
     public static func stderrIsJournal(
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) -> Bool {
-        matches(environment["JOURNAL_STREAM"], fd: STDERR_FILENO)
+        matches(environment["JOURNAL_STREAM"], fd: FileHandle.standardError.fileDescriptor)
     }
 }
