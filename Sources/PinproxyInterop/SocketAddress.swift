@@ -2,19 +2,7 @@ import Glibc
 import Foundation
 import CPinproxyShims
 
-/// An IP address and port as a C `sockaddr_in` / `sockaddr_in6`.
-public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
-    public let address: IPAddress
-    public let port: UInt16
-
-    public init(address: IPAddress, port: UInt16) {
-        self.address = address
-        self.port = port
-    }
-
-    /// `127.0.0.1:443` or `[::1]:443`.
-    public var description: String { "\(address.hostLiteral):\(port)" }
-
+extension SocketAddress {
     /// Calls `body` with a pointer to the C sockaddr and its length.
     func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
         if address.isIPv6 {

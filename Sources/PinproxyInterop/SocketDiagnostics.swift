@@ -1,30 +1,6 @@
 import Glibc
 import CPinproxyShims
 
-/// A TCP socket as the kernel's socket diagnostics report it: whose it is, whether a file
-/// still refers to it, and the cgroup it was created in.
-public struct SocketOwner: Sendable, Equatable {
-    /// The TCP state (`TCP_ESTABLISHED` is 1).
-    public let state: UInt8
-    /// The user that created the socket.
-    public let uid: UInt32
-    /// The socket's inode; 0 once no descriptor refers to it (its process closed it or exited).
-    public let inode: UInt32
-    /// The cgroup v2 id of the socket (`INET_DIAG_CGROUP_ID`); nil when the kernel sent none.
-    public let cgroupID: UInt64?
-
-    public init(state: UInt8, uid: UInt32, inode: UInt32, cgroupID: UInt64?) {
-        self.state = state
-        self.uid = uid
-        self.inode = inode
-        self.cgroupID = cgroupID
-    }
-
-    public static let established: UInt8 = 1
-
-    public var isEstablished: Bool { state == Self.established }
-}
-
 /// One `NETLINK_SOCK_DIAG` socket that looks up TCP sockets by their exact 4-tuple
 /// (`SOCK_DIAG_BY_FAMILY` without `NLM_F_DUMP`: the kernel's hash lookup, not a table walk).
 /// The kernel answers a request while it is sent, so the answer is read without waiting and a
