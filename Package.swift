@@ -53,13 +53,15 @@ let package = Package(
             name: "CPinproxyBuild",
             cSettings: buildInfo
         ),
-        // Plain values every other module speaks in (addresses, ALPN identifiers, deadlines, a
-        // lock): pure Swift, no C module, no I/O.
+        // Plain values every other module speaks in (IP and socket addresses, ALPN identifiers,
+        // the ClientHello's offer, file paths, deadlines, process figures, a lock): pure Swift,
+        // no C module, no I/O. Interop re-exports it.
         .target(
             name: "PinproxyCore"
         ),
         // Every unsafe pointer and C call lives here: Swift types that own OpenSSL, libevent and
-        // nghttp2 objects, and thin wrappers over sockets, files and processes. No decisions.
+        // nghttp2 objects, and thin wrappers over sockets, files and processes. It decides
+        // nothing: where a rule meets C (the chain check), Policy passes the rule in.
         .target(
             name: "PinproxyInterop",
             dependencies: ["PinproxyCore", "COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims", "CPinproxyBuild"]
@@ -91,6 +93,7 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
+        // The command line: run (the daemon), check, evaluate, pin, diagnose, ca, egress, ...
         .executableTarget(
             name: "pinproxy",
             dependencies: [
@@ -98,6 +101,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // XCTest unit tests, one target per module (Tests/e2e holds the end-to-end tests).
         .testTarget(
             name: "PinproxyPolicyTests",
             dependencies: ["PinproxyCore", "PinproxyPolicy", "PinproxyInterop"],
