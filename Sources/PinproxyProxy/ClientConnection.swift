@@ -21,6 +21,9 @@ struct Destination: CustomStringConvertible {
     let client: ClientDecision
 
     var description: String { "\(host):\(port)" }
+
+    /// What a log line says it is about.
+    var subject: ConnectionSubject { (host, port, entry) }
 }
 
 /// One client connection through its whole life: parse CONNECT → identify the client (with
@@ -86,8 +89,8 @@ final class ClientConnection<IO: ConnectionIO> {
         /// A refusal is being sent; the connection closes once it is (at most `refusalGrace`).
         case refusing(grace: IO.Timer)
         /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
-        /// `clientSide` (with its own timeout) and ends the connection once.
-        case refusingInTLS(Subject, RefusalReason)
+        /// `clientSide` (with its own timeout) and ends the connection once; nil while it starts.
+        case refusingInTLS(Subject, RefusalReason, InTLSRefusal<IO>?)
         /// `mode = "tunnel"`: the upstream is connected and the 200 sent; reading the client's
         /// ClientHello (kept buffered) within `handshake_timeout`, before a byte goes upstream.
         case readingTunnelHello(PassThrough<IO.Endpoint>, IO.HelloReader, timer: IO.Timer)
@@ -462,7 +465,9 @@ final class ClientConnection<IO: ConnectionIO> {
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
             ])
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .refusingInTLS, .closed:
+        case .refusingInTLS(_, _, let responder):
+            responder?.stop()
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .closed:
             break
         }
         onClose(self)
@@ -485,7 +490,7 @@ final class ClientConnection<IO: ConnectionIO> {
             return (destination.host, destination.port, destination.entry)
         case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _), .relaying(let tunnel, _, _):
             return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)
-        case .refusingInTLS(let subject, _):
+        case .refusingInTLS(let subject, _, _):
             return subject
         case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
             return (passage.destination.host, passage.destination.port, passage.destination.entry)

@@ -15,8 +15,8 @@ import PinproxyService
 ///
 /// It is a state machine: each `State` holds its timer and what its step reads with, and every
 /// event is handled in every state. The responder keeps itself alive through the callbacks of
-/// the TLS connection it returns; it ends by calling `finished` once, after which the caller
-/// closes that connection.
+/// its TLS connection (`tls`); it ends by calling `finished` once, after which the caller
+/// closes that connection, or by `stop`.
 final class InTLSRefusal<IO: ConnectionIO> {
     /// How the exchange ended.
     enum Outcome: Equatable {
@@ -75,7 +75,8 @@ final class InTLSRefusal<IO: ConnectionIO> {
     static var maximumHeadLines: Int { 100 }
 
     private let io: IO
-    private let tls: IO.Endpoint
+    /// The client's TLS connection, which replaces the plain one for the caller.
+    let tls: IO.Endpoint
     private let page: RefusalResponse.Page
     private let timeout: TimeInterval
     private let finished: (Outcome) -> Void
@@ -92,16 +93,25 @@ final class InTLSRefusal<IO: ConnectionIO> {
     /// Answers 200 on `client` (the plain connection, its CONNECT read; bytes after it are the
     /// start of the client's handshake) unless `answerConnect` is false (a transparent client,
     /// which sent no CONNECT), starts the TLS handshake with a leaf minted for `host`, and
-    /// returns the TLS connection, which replaces `client` for the caller (closing it sends
+    /// returns the responder, whose `tls` replaces `client` for the caller (closing it sends
     /// what is buffered, then closes the socket).
     static func start(client: IO.Endpoint, answerConnect: Bool, io: IO, host: TargetHost, bufferLimit: Int, timeout: TimeInterval,
-                      page: RefusalResponse.Page, finished: @escaping (Outcome) -> Void) throws -> IO.Endpoint {
+                      page: RefusalResponse.Page, finished: @escaping (Outcome) -> Void) throws -> InTLSRefusal {
         if answerConnect { client.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8)) }
         let tls = try io.acceptTLS(on: client, for: host, serverName: host.serverName, applicationProtocols: [.h2, .http11],
                                    bufferLimit: bufferLimit)
         let responder = InTLSRefusal(io: io, tls: tls, page: page, timeout: timeout, finished: finished)
         responder.awaitHandshake()
-        return tls
+        return responder
+    }
+
+    /// The caller closes the connection first (the daemon stops): the timer and the callbacks
+    /// go, and `finished` is not called.
+    func stop() {
+        state = .done
+        tls.onRead = nil
+        tls.onWrite = nil
+        tls.onEvent = nil
     }
 
     private func awaitHandshake() {
@@ -260,10 +270,7 @@ final class InTLSRefusal<IO: ConnectionIO> {
     }
 
     private func finish(_ outcome: Outcome) {
-        state = .done
-        tls.onRead = nil
-        tls.onWrite = nil
-        tls.onEvent = nil
+        stop()
         finished(outcome)
     }
 }
@@ -284,12 +291,14 @@ extension ClientConnection {
             },
             pinKind: policy.flatMap { $0.pinKind == .none ? nil : $0.pinKind.rawValue },
             pins: policy?.pins.map(\.description) ?? [], captured: listener == .transparent)
-        enter(.refusingInTLS(subject, reason))
+        enter(.refusingInTLS(subject, reason, nil))
         do {
-            clientSide = try InTLSRefusal.start(
+            let responder = try InTLSRefusal.start(
                 client: clientSide, answerConnect: listener == .connect, io: io, host: subject.host, bufferLimit: config.proxy.relayBufferBytes,
                 timeout: config.proxy.handshakeTimeout, page: page
             ) { [weak self] outcome in self?.inTLSRefusalFinished(outcome) }
+            clientSide = responder.tls
+            update(.refusingInTLS(subject, reason, responder))
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(subject.host): \(error)")
             close()
@@ -297,7 +306,7 @@ extension ClientConnection {
     }
 
     private func inTLSRefusalFinished(_ outcome: InTLSRefusal<IO>.Outcome) {
-        guard case .refusingInTLS(_, let reason) = state else { return unexpected("the end of an in-TLS refusal") }
+        guard case .refusingInTLS(_, let reason, _) = state else { return unexpected("the end of an in-TLS refusal") }
         // A capture loop is logged once per start (`logDecision`), not once per connection.
         if reason == .captureLoop { return close() }
         switch outcome {

@@ -9,7 +9,7 @@ extension ClientConnection {
     /// `destination` names the entry when the state does not hold it yet; `proxyError`
     /// overrides the reason's `Proxy-Status` error type.
     func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil, proxyError: ProxyStatusError? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), proxyError: proxyError,
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(\.subject), proxyError: proxyError,
                     client: destination?.client)
     }
 
@@ -24,11 +24,7 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, subject: destination.map(Self.subject), proxyError: nil, client: destination?.client)
-    }
-
-    private static func subject(_ destination: Destination) -> Subject {
-        (destination.host, destination.port, destination.entry)
+                    alpn: alpn, subject: destination.map(\.subject), proxyError: nil, client: destination?.client)
     }
 
     /// Logs the refusal, stops all upstream work, and sends the answer; the connection closes
