@@ -6,8 +6,8 @@ import PinproxyInterop
 /// sent half of them. When a source ends, its sink's socket is shut for writing once all it
 /// was sent has gone (TCP half-close), and the other direction goes on. The owner hears what
 /// happens through `onEvent` and closes the relay (both sockets) once it is `finished`, or failed.
-final class ByteRelay {
-    typealias Direction = ClientConnection.Direction
+final class ByteRelay<Endpoint: ConnectionEndpoint> {
+    typealias Direction = TLSRelay.Direction
 
     /// What the relay reports.
     enum Event {
@@ -22,22 +22,22 @@ final class ByteRelay {
         case failed(client: Bool)
     }
 
-    private let client: BufferEvent
-    private let upstream: BufferEvent
+    private let client: Endpoint
+    private let upstream: Endpoint
     private let limit: Int
     private var ended: Set<Direction> = []
     /// Directions whose sink's peer has been told (its socket shut for writing).
     private var shutDown: Set<Direction> = []
     var onEvent: ((Event) -> Void)?
 
-    init(client: BufferEvent, upstream: BufferEvent, limit: Int) {
+    init(client: Endpoint, upstream: Endpoint, limit: Int) {
         self.client = client
         self.upstream = upstream
         self.limit = max(1, limit)
     }
 
-    private func source(of direction: Direction) -> BufferEvent { direction == .up ? client : upstream }
-    private func sink(of direction: Direction) -> BufferEvent { direction == .up ? upstream : client }
+    private func source(of direction: Direction) -> Endpoint { direction == .up ? client : upstream }
+    private func sink(of direction: Direction) -> Endpoint { direction == .up ? upstream : client }
 
     /// Takes over both buffer events' callbacks, relays what is already buffered (the client's
     /// ClientHello), and starts reading both.

@@ -4,70 +4,99 @@ import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
 
-typealias LoopTimer = PinproxyInterop.Timer
+/// What a complete CONNECT request asks for.
+typealias RequestTarget = (host: TargetHost, port: UInt16)
+
+/// Host, port and entry of a log line, as far as they are known.
+typealias ConnectionSubject = (host: TargetHost, port: UInt16, entry: PolicyEntry?)
+
+/// What the CONNECT (or a transparent client's ClientHello) asked for, the policy entry it
+/// falls under, and what `[clients]` decided for its client.
+struct Destination: CustomStringConvertible {
+    let host: TargetHost
+    let port: UInt16
+    let entry: PolicyEntry
+    /// What the verdict reads besides `entry`, from the same config generation.
+    let context: VerdictContext
+    let client: ClientDecision
+
+    var description: String { "\(host):\(port)" }
+
+    /// What a log line says it is about.
+    var subject: ConnectionSubject { (host, port, entry) }
+}
 
 /// One client connection through its whole life: parse CONNECT → identify the client (with
 /// `[clients]`) → look up policy → resolve →
 /// connect → upstream TLS → evaluate → respond → intercept (read the ClientHello; when the
 /// client does not offer what the upstream negotiated, reopen the upstream with the client's
-/// offer: connect → upstream TLS → evaluate again) → relay; for a `mode = "tunnel"` entry,
-/// connect → 200 → its ClientHello → bytes as they are (`PassThrough`). Each step lives in the
-/// file named after it; all of them run on the connection's worker loop. A connection on the
-/// transparent listener starts otherwise: read its ClientHello (`TransparentHello.swift`) → the
-/// host from its SNI and the address from its original destination (`OriginalDestination.swift`)
-/// → connect, offering the client's own ALPN list → … → intercept without a 200 → relay.
+/// offer: connect → upstream TLS → evaluate again) → hand over to the relay → relay; for a
+/// `mode = "tunnel"` entry, connect → 200 → its ClientHello → bytes as they are (`PassThrough`).
+/// Each step lives in the file named after it; all of them run on the connection's worker loop.
+/// A connection on the transparent listener starts otherwise: read its ClientHello
+/// (`TransparentHello.swift`) → the host from its SNI and the address from its original
+/// destination (`OriginalDestination.swift`) → connect, offering the client's own ALPN list →
+/// … → intercept without a 200 → relay.
 ///
 /// The connection is a state machine. Each `State` holds what its step works with (the
 /// destination once known, the pending lookup or connect, the upstream, the verdict) and the
 /// step's timer, so no step can run without its data or wait without a deadline: leaving a
-/// state drops its timer. Every event switches on the state; an event in a state where it
-/// cannot happen closes the connection with a log line (`unexpected`), never silently.
-final class ClientConnection {
+/// state drops its timer. Every transition goes through `enter`, and every event switches on
+/// the state; an event in a state where it cannot happen closes the connection with a log line
+/// (`unexpected`), never silently. All its I/O goes through `IO` (`ConnectionIO`): the daemon's
+/// `LoopIO`, or the unit tests' embedded one.
+final class ClientConnection<IO: ConnectionIO> {
+    typealias Subject = ConnectionSubject
+
     /// Where the connection is in its life, with what that step needs.
     enum State {
         /// Reading the CONNECT request, within `request_timeout`.
-        case readingRequest(RequestHead, timer: LoopTimer)
+        case readingRequest(RequestHead, timer: IO.Timer)
         /// Transparent listener: reading the client's ClientHello (kept buffered), within
         /// `request_timeout`; the addresses say where the client was going.
-        case readingTransparentHello(ConnectionAddresses, ClientHelloReader, timer: LoopTimer)
+        case readingTransparentHello(ConnectionAddresses, IO.HelloReader, timer: IO.Timer)
         /// With `[clients]`: the owner of the client's socket is known, and what can block
         /// (its user's name, unit, program) is looked up off the loop, within
         /// `client_identity_timeout`; the request waits with it.
-        case identifying(ClientRequest, PendingIdentity, timer: LoopTimer)
+        case identifying(ClientRequest, PendingIdentity, timer: IO.Timer)
         /// Waiting for DNS, within `dns_timeout`.
-        case resolving(Destination, DNSRequest, timer: LoopTimer)
+        case resolving(Destination, IO.Lookup, timer: IO.Timer)
         /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
         /// learn whether the client's original destination is an address of the name it sent
         /// (`TunnelDestination.swift`); its ClientHello waits in the buffer.
-        case bindingTunnel(Destination, original: SocketAddress, ClientHello, DNSRequest, timer: LoopTimer)
-        /// Connecting to the checked addresses in turn, all within `connect_timeout`: for the
-        /// first upstream, again for the client's ALPN offer, or for a transparent client (`opening`).
-        case connecting(Destination, ConnectAttempt, Opening)
-        /// The upstream TLS handshake, within `handshake_timeout`.
-        case upstreamHandshake(Destination, Upstream, timer: LoopTimer, Opening)
-        /// The built-in checks passed; the entry's `verify_command` runs off the loop
-        /// (`CustomChecks`), within `verify_command_timeout` plus `handshake_timeout` for a slot.
-        case checkingCommand(Destination, Upstream, Verdict, timer: LoopTimer, Opening)
+        case bindingTunnel(Destination, original: SocketAddress, ClientHello, IO.Lookup, timer: IO.Timer)
+        /// Opening the upstream of a CONNECT, offering `ALPNOffer.upstreamDefault`: a refusal
+        /// is the CONNECT's answer.
+        case opening(Destination, Dialing)
+        /// Opening the only upstream of a transparent client, offering what its ClientHello
+        /// (waiting in the client's buffer) offers: a refusal is a page inside the client's TLS.
+        case openingTransparent(Destination, ClientHello, Dialing)
         /// The verdict allowed the upstream and the 200 is sent: reading the client's
-        /// ClientHello (kept buffered) to learn its ALPN offer. The timer is the client's
+        /// ClientHello (kept buffered) to learn its ALPN offer, within the client's
         /// `handshake_timeout`, which runs on into `clientHandshake`.
-        case readingClientHello(Tunnel, ClientHelloReader, timer: LoopTimer)
-        /// The client's TLS handshake, within `handshake_timeout`. Once it is done, the timer
-        /// is the relay's start on the loop's next pass (`startRelay`).
-        case clientHandshake(Tunnel, timer: LoopTimer)
+        case readingClientHello(Tunnel, IO.HelloReader, timer: IO.Timer)
+        /// The client does not offer what the upstream negotiated: the first upstream is
+        /// closed and another opened at its address with the client's offer (`NegotiateProtocol.swift`).
+        /// A refusal can only cut the client's handshake off.
+        case reopening(Destination, Reopen, Dialing)
+        /// The client's TLS handshake, within `handshake_timeout`.
+        case clientHandshake(Tunnel, timer: IO.Timer)
+        /// The client's handshake is done: the relay takes both TLS connections over on the
+        /// loop's next pass (`handOver`), outside the buffer events' callbacks.
+        case handingOver(Tunnel, handOver: IO.Timer)
         /// Bytes both ways, moved by the relay; the timer checks `idle_timeout`.
-        case relaying(Tunnel, TLSRelay, idleCheck: LoopTimer)
+        case relaying(Tunnel, IO.Relay, idleCheck: IO.Timer)
         /// A refusal is being sent; the connection closes once it is (at most `refusalGrace`).
-        case refusing(grace: LoopTimer)
+        case refusing(grace: IO.Timer)
         /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
-        /// `clientSide` (with its own timeout) and ends the connection once.
-        case refusingInTLS(Subject, RefusalReason)
+        /// `clientSide` (with its own timeout) and ends the connection once; nil while it starts.
+        case refusingInTLS(Subject, RefusalReason, InTLSRefusal<IO>?)
         /// `mode = "tunnel"`: the upstream is connected and the 200 sent; reading the client's
         /// ClientHello (kept buffered) within `handshake_timeout`, before a byte goes upstream.
-        case readingTunnelHello(PassThrough, ClientHelloReader, timer: LoopTimer)
+        case readingTunnelHello(PassThrough<IO.Endpoint>, IO.HelloReader, timer: IO.Timer)
         /// `mode = "tunnel"`: the client's bytes relayed as they are (`ByteRelay`); the timer
         /// checks `idle_timeout`.
-        case passingThrough(PassThrough, ByteRelay, idleCheck: LoopTimer)
+        case passingThrough(PassThrough<IO.Endpoint>, ByteRelay<IO.Endpoint>, idleCheck: IO.Timer)
         case closed
 
         /// For log lines about events in the wrong state.
@@ -78,17 +107,12 @@ final class ClientConnection {
             case .identifying: "identifying"
             case .resolving: "resolving"
             case .bindingTunnel: "binding-tunnel"
-            case .connecting(_, _, .first): "connecting"
-            case .connecting(_, _, .reopen): "reopen-connecting"
-            case .connecting(_, _, .transparent): "transparent-connecting"
-            case .upstreamHandshake(_, _, _, .first): "upstream-handshake"
-            case .upstreamHandshake(_, _, _, .reopen): "reopen-upstream-handshake"
-            case .upstreamHandshake(_, _, _, .transparent): "transparent-upstream-handshake"
-            case .checkingCommand(_, _, _, _, .first): "checking-command"
-            case .checkingCommand(_, _, _, _, .reopen): "reopen-checking-command"
-            case .checkingCommand(_, _, _, _, .transparent): "transparent-checking-command"
+            case .opening(_, let step): step.name
+            case .openingTransparent(_, _, let step): "transparent-" + step.name
             case .readingClientHello: "reading-client-hello"
+            case .reopening(_, _, let step): "reopen-" + step.name
             case .clientHandshake: "client-handshake"
+            case .handingOver: "handing-over"
             case .relaying: "relaying"
             case .refusing: "refusing"
             case .refusingInTLS: "refusing-in-tls"
@@ -103,75 +127,71 @@ final class ClientConnection {
         func abandonWaits() {
             switch self {
             case .resolving(_, let request, _), .bindingTunnel(_, _, _, let request, _): request.cancel()
-            case .connecting(_, let attempt, _): attempt.connector.cancel()
-            case .readingRequest, .readingTransparentHello, .identifying, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
-                 .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
+            case .opening(_, .connecting(let attempt)), .openingTransparent(_, _, .connecting(let attempt)), .reopening(_, _, .connecting(let attempt)):
+                attempt.connector.cancel()
+            case .readingRequest, .readingTransparentHello, .identifying, .opening, .openingTransparent, .readingClientHello, .reopening,
+                 .clientHandshake, .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: break
             }
         }
+    }
+
+    /// The three steps of opening an upstream, the first or a reopened one.
+    enum Dialing {
+        /// Connecting to the checked addresses in turn, all within `connect_timeout`.
+        case connecting(ConnectAttempt)
+        /// The upstream TLS handshake, within `handshake_timeout`.
+        case handshaking(Upstream, timer: IO.Timer)
+        /// The built-in checks passed; the entry's `verify_command` runs off the loop
+        /// (`CustomChecks`), within `verify_command_timeout` plus `handshake_timeout` for a slot.
+        case checkingCommand(Upstream, Verdict, timer: IO.Timer)
+
+        var name: String {
+            switch self {
+            case .connecting: "connecting"
+            case .handshaking: "upstream-handshake"
+            case .checkingCommand: "checking-command"
+            }
+        }
+
+        /// The upstream connection once the connect is done.
+        var upstream: Upstream? {
+            switch self {
+            case .connecting: nil
+            case .handshaking(let upstream, _), .checkingCommand(let upstream, _, _): upstream
+            }
+        }
+    }
+
+    /// Why an upstream is reopened: the ClientHello (waiting in the client's buffer) whose
+    /// offer the new one gets, and what the first upstream was admitted as.
+    struct Reopen {
+        let hello: ClientHello
+        /// The first upstream's outcome, which the 200 told.
+        let first: Verdict.Outcome
     }
 
     /// The request head read so far.
     struct RequestHead {
-        var target: (host: TargetHost, port: UInt16)?
+        var target: RequestTarget?
         var headerBytes = 0
         var headerLines = 0
-    }
-
-    /// What a complete CONNECT request asks for.
-    typealias RequestTarget = (host: TargetHost, port: UInt16)
-
-    /// What the CONNECT asked for, the policy entry it falls under, and what `[clients]`
-    /// decided for its client.
-    struct Destination: CustomStringConvertible {
-        let host: TargetHost
-        let port: UInt16
-        let entry: PolicyEntry
-        /// What the verdict reads besides `entry`, from the same config generation.
-        let context: VerdictContext
-        let client: ClientDecision
-
-        var description: String { "\(host):\(port)" }
-    }
-
-    /// Host, port and entry of a log line, as far as they are known.
-    typealias Subject = (host: TargetHost, port: UInt16, entry: PolicyEntry?)
-
-    /// Which upstream connection a connect or handshake opens.
-    enum Opening {
-        /// The first, offering `ALPNOffer.upstreamDefault`; a refusal is the CONNECT's answer.
-        case first
-        /// After the 200, at the first upstream's address again, offering what this
-        /// ClientHello (waiting in the client's buffer) offers; a refusal can only cut the
-        /// client's handshake off. `after` is the first upstream's outcome, which the 200 told.
-        case reopen(for: ClientHello, after: Verdict.Outcome)
-        /// The only upstream of a transparent client, offering what its ClientHello (waiting
-        /// in the client's buffer) offers; a refusal is a page inside the client's TLS.
-        case transparent(for: ClientHello)
-
-        /// What the upstream is offered.
-        var offer: ALPNOffer {
-            switch self {
-            case .first: ALPNOffer.upstreamDefault
-            case .reopen(let hello, _), .transparent(let hello): ALPNAgreement.reopenOffer(for: hello.alpn)
-            }
-        }
     }
 
     /// The addresses being tried one after another, the attempt under way, and what failed.
     struct ConnectAttempt {
         let addresses: [SocketAddress]
         var index: Int
-        var connector: TCPConnector
+        var connector: IO.Dial
         var failures: [String]
         var timedOut: Bool
         /// When `connect_timeout` runs out for all the addresses together (loop time).
         let deadline: TimeInterval
-        let timer: LoopTimer
+        let timer: IO.Timer
     }
 
     /// An upstream TLS connection, the address it goes to, and the ALPN offer it was made.
     struct Upstream {
-        let connection: BufferEvent
+        let connection: IO.Endpoint
         let address: SocketAddress
         let offer: ALPNOffer
         let started: Date
@@ -203,7 +223,8 @@ final class ClientConnection {
         }
     }
 
-    let worker: Worker
+    let io: IO
+    let shared: SharedState
     let client: SocketAddress?
     /// The listener the client arrived on.
     let listener: ListenerKind
@@ -214,32 +235,36 @@ final class ClientConnection {
     let config: Config
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
     /// top of it, until the relay takes the connection over.
-    var clientSide: BufferEvent
+    var clientSide: IO.Endpoint
+    /// Called once, when the connection has closed.
+    private let onClose: (ClientConnection) -> Void
     /// `.closed` until `start`.
-    var state: State = .closed
+    private(set) var state: State = .closed
 
     /// Bytes a client may send after its request and before its tunnel opens (a pipelined
     /// TLS ClientHello); more is refused, so the buffer stays bounded while the client is watched.
-    static let maxEarlyBytes = 32 * 1024
+    static var maxEarlyBytes: Int { 32 * 1024 }
     /// How long a refusal may take to reach the client.
-    static let refusalGrace: TimeInterval = 5
+    static var refusalGrace: TimeInterval { 5 }
 
-    /// Throws (the socket closed) when the client's buffer event cannot be made.
-    init(worker: Worker, socket: Int32, client: SocketAddress?, config: Config, listener: ListenerKind) throws {
-        self.worker = worker
+    /// A connection on `clientSide`, the accepted client's socket.
+    init(io: IO, shared: SharedState, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: Config,
+         listener: ListenerKind, onClose: @escaping (ClientConnection) -> Void) {
+        self.io = io
+        self.shared = shared
+        self.clientSide = clientSide
         self.client = client
-        self.listener = listener
+        self.ourEnd = ourEnd
         self.config = config
-        ourEnd = config.clients.isEmpty || listener == .transparent ? nil : SocketAddress.local(of: socket)
-        setNoDelay(socket)
-        self.clientSide = try BufferEvent(loop: worker.loop, socket: socket)
+        self.listener = listener
+        self.onClose = onClose
     }
 
     /// Step 1 (after accept): read the request within `request_timeout`. The client is watched
     /// from here until its tunnel opens: if it leaves, whatever is under way upstream stops.
     func start() {
         watchClient()
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.requestTimeout) { [weak self] in self?.requestTimedOut() }
+        let timer = io.timer(after: config.proxy.requestTimeout, repeats: false) { [weak self] in self?.requestTimedOut() }
         enter(.readingRequest(RequestHead(), timer: timer))
         clientSide.setReading(true)
     }
@@ -258,6 +283,34 @@ final class ClientConnection {
         previous.abandonWaits()
     }
 
+    /// Keeps the state with new data (the request head read so far, the next address to
+    /// try): nothing is abandoned.
+    func update(_ same: State) {
+        state = same
+    }
+
+    /// Moves the upstream being opened, first or reopened, on to its next step.
+    func advance(_ step: Dialing) {
+        switch state {
+        case .opening(let destination, _): enter(.opening(destination, step))
+        case .openingTransparent(let destination, let hello, _): enter(.openingTransparent(destination, hello, step))
+        case .reopening(let destination, let reopen, _): enter(.reopening(destination, reopen, step))
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .readingClientHello, .clientHandshake,
+             .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+            unexpected("an upstream's \(step.name)")
+        }
+    }
+
+    /// The destination and the step of the upstream being opened, first or reopened.
+    var dialing: (Destination, Dialing)? {
+        switch state {
+        case .opening(let destination, let step), .openingTransparent(let destination, _, let step), .reopening(let destination, _, let step):
+            (destination, step)
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .readingClientHello, .clientHandshake,
+             .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed: nil
+        }
+    }
+
     // MARK: Events on the plain client socket (before the client's TLS replaces it)
 
     private func clientReadable() {
@@ -266,7 +319,7 @@ final class ClientConnection {
             readRequest()
         case .readingTransparentHello:
             continueTransparentHello()
-        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first):
+        case .identifying, .resolving, .opening:
             // Reading goes on so that a client that leaves is noticed; what it sends early is
             // kept for its TLS handshake, within a bound.
             if clientSide.inputLength > Self.maxEarlyBytes {
@@ -276,9 +329,7 @@ final class ClientConnection {
             continueClientHello()
         case .readingTunnelHello:
             continueTunnelHello()
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen),
-             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
-             .bindingTunnel:
+        case .openingTransparent, .bindingTunnel, .reopening:
             // The ClientHello waits in the buffer for the real handshake; more than a
             // ClientHello and some early bytes is not a client waiting for its ServerHello.
             if clientSide.inputLength > ClientHelloReader.maximumBytes + Self.maxEarlyBytes {
@@ -288,7 +339,7 @@ final class ClientConnection {
             }
         case .refusing:
             clientSide.discardInput()
-        case .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
+        case .clientHandshake, .handingOver, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a read on the plain client socket")
         }
     }
@@ -297,12 +348,10 @@ final class ClientConnection {
         switch state {
         case .refusing:
             if clientSide.outputLength == 0 { close() }
-        case .readingClientHello, .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen),
-             .checkingCommand(_, _, _, _, .reopen), .readingTunnelHello:
+        case .readingClientHello, .reopening, .readingTunnelHello:
             break  // the 200 has gone out
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
-             .checkingCommand(_, _, _, _, .transparent), .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .opening, .openingTransparent,
+             .clientHandshake, .handingOver, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("a write completion on the plain client socket")
         }
     }
@@ -312,15 +361,13 @@ final class ClientConnection {
         case .readingRequest, .readingTransparentHello, .refusing:
             // Gone before its request (or ClientHello) was complete, or after its refusal: nothing to abandon.
             close()
-        case .identifying, .resolving, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first), .checkingCommand(_, _, _, _, .first),
-             .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent), .checkingCommand(_, _, _, _, .transparent),
-             .readingTunnelHello, .bindingTunnel:
+        case .identifying, .resolving, .opening, .openingTransparent, .readingTunnelHello, .bindingTunnel:
             clientLeft(events)
         case .readingClientHello:
             clientHandshakeFailed("the client closed the connection before its ClientHello was complete")
-        case .connecting(_, _, .reopen), .upstreamHandshake(_, _, _, .reopen), .checkingCommand(_, _, _, _, .reopen):
+        case .reopening:
             clientHandshakeFailed("the client closed the connection while the upstream was reopened for its ALPN offer: the reopened upstream is abandoned")
-        case .clientHandshake, .relaying, .refusingInTLS, .passingThrough, .closed:
+        case .clientHandshake, .handingOver, .relaying, .refusingInTLS, .passingThrough, .closed:
             unexpected("an event (\(events.rawValue)) on the plain client socket")
         }
     }
@@ -341,22 +388,22 @@ final class ClientConnection {
             abandoned = "while it was being identified for \(request.host):\(request.port)"
         case .resolving(let destination, _, _):
             abandoned = "while \(destination.host) was being resolved: the DNS lookup is cancelled"
-        case .connecting(let destination, let attempt, .first), .connecting(let destination, let attempt, .transparent):
+        case .opening(let destination, .connecting(let attempt)), .openingTransparent(let destination, _, .connecting(let attempt)):
             abandoned = "while connecting to \(destination) (\(attempt.addresses[attempt.index])): the connect is abandoned"
-        case .upstreamHandshake(let destination, let upstream, _, .first), .upstreamHandshake(let destination, let upstream, _, .transparent):
+        case .opening(let destination, .handshaking(let upstream, _)), .openingTransparent(let destination, _, .handshaking(let upstream, _)):
             abandoned = "during the TLS handshake with \(destination) (\(upstream.address)): the upstream is closed"
-        case .checkingCommand(let destination, let upstream, _, _, .first), .checkingCommand(let destination, let upstream, _, _, .transparent):
+        case .opening(let destination, .checkingCommand(let upstream, _, _)), .openingTransparent(let destination, _, .checkingCommand(let upstream, _, _)):
             abandoned = "while the verify_command for \(destination) (\(upstream.address)) ran: the upstream is closed"
         case .readingTunnelHello(let passage, _, _):
             abandoned = "before its ClientHello for the tunnel to \(passage.destination) (\(passage.address)) came: nothing was relayed"
         case .bindingTunnel(let destination, _, _, _, _):
             abandoned = "while \(destination.host) was being resolved to bind its tunnel: the DNS lookup is cancelled"
-        case .readingRequest, .readingTransparentHello, .connecting, .upstreamHandshake, .checkingCommand, .readingClientHello, .clientHandshake,
+        case .readingRequest, .readingTransparentHello, .readingClientHello, .reopening, .clientHandshake, .handingOver,
              .relaying, .refusing, .refusingInTLS, .passingThrough, .closed:
             return unexpected("the client leaving")
         }
         logDecision(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        worker.shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener,
+        shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener,
                                          client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
         close()
     }
@@ -393,15 +440,15 @@ final class ClientConnection {
         previous.abandonWaits()
         clientSide.close()
         switch previous {
-        case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _):
-            upstream.connection.close()
-        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
+        case .opening(_, let step), .openingTransparent(_, _, let step), .reopening(_, _, let step):
+            step.upstream?.connection.close()
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _):
             tunnel.upstream.connection.close()
         case .relaying(let tunnel, let relay, _):
             relay.close()
             let destination = tunnel.destination
-            worker.shared.tunnelClosed()
-            worker.shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
+            shared.tunnelClosed()
+            shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
                 (.listener, listener.rawValue), (.host, destination.host.description),
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
@@ -412,16 +459,18 @@ final class ClientConnection {
         case .passingThrough(let passage, let relay, _):
             relay.close()
             let destination = passage.destination
-            worker.shared.tunnelClosed()
-            worker.shared.log.emit(.info, "tunnel-closed", [
+            shared.tunnelClosed()
+            shared.log.emit(.info, "tunnel-closed", [
                 (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
             ])
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .closed:
+        case .refusingInTLS(_, _, let responder):
+            responder?.stop()
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .closed:
             break
         }
-        worker.remove(self)
+        onClose(self)
     }
 
     // MARK: Log lines
@@ -436,13 +485,12 @@ final class ClientConnection {
             return (.ip(original.address), original.port, nil)
         case .identifying(let request, _, _):
             return (request.host, request.port, nil)
-        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
-             .upstreamHandshake(let destination, _, _, _),
-             .checkingCommand(let destination, _, _, _, _):
+        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .opening(let destination, _),
+             .openingTransparent(let destination, _, _), .reopening(let destination, _, _):
             return (destination.host, destination.port, destination.entry)
-        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _), .relaying(let tunnel, _, _):
             return (tunnel.destination.host, tunnel.destination.port, tunnel.destination.entry)
-        case .refusingInTLS(let subject, _):
+        case .refusingInTLS(let subject, _, _):
             return subject
         case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
             return (passage.destination.host, passage.destination.port, passage.destination.entry)
@@ -454,10 +502,10 @@ final class ClientConnection {
     /// What `[clients]` decided, once the state has a destination.
     var clientDecision: ClientDecision? {
         switch state {
-        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .connecting(let destination, _, _),
-             .upstreamHandshake(let destination, _, _, _), .checkingCommand(let destination, _, _, _, _):
+        case .resolving(let destination, _, _), .bindingTunnel(let destination, _, _, _, _), .opening(let destination, _),
+             .openingTransparent(let destination, _, _), .reopening(let destination, _, _):
             return destination.client
-        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _), .relaying(let tunnel, _, _):
             return tunnel.destination.client
         case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
             return passage.destination.client
@@ -481,7 +529,7 @@ final class ClientConnection {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
         if let subject = logSubject { fields += [(.host, subject.host.description), (.port, String(subject.port))] }
         fields.append((.detail, detail))
-        worker.shared.log.emit(level, event, fields)
+        shared.log.emit(level, event, fields)
     }
 }
 

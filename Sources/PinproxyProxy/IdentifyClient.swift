@@ -5,7 +5,7 @@ import PinproxyPolicy
 /// What a connection asks for while its client is identified: a CONNECT's target, or a
 /// transparent client's host, original destination and ClientHello (kept buffered).
 enum ClientRequest {
-    case connect(ClientConnection.RequestTarget)
+    case connect(RequestTarget)
     case transparent(host: TargetHost, original: SocketAddress, hello: ClientHello)
 
     var host: TargetHost {
@@ -36,14 +36,13 @@ extension ClientConnection {
         case .transparent(_, let original, _): original
         }
         let timeout = config.proxy.clientIdentityTimeout
-        let start = worker.identifier.start(peer: client, ourEnd: clientsEnd, needsExecutable: config.clients.needsExecutable,
-                                            deadline: ProcessLimits.monotonicSeconds() + timeout, on: worker.loop,
-                                            metrics: worker.shared.metrics) { [weak self] parts in self?.identityLookedUp(parts) }
+        let start = io.identify(peer: client, ourEnd: clientsEnd, needsExecutable: config.clients.needsExecutable,
+                                deadline: ProcessLimits.monotonicSeconds() + timeout) { [weak self] parts in self?.identityLookedUp(parts) }
         switch start {
         case .known(let identity):
             decideForClient(request, identity)
         case .pending(let pending):
-            let timer = LoopTimer(loop: worker.loop, after: timeout) { [weak self] in self?.identityTimedOut() }
+            let timer = io.timer(after: timeout, repeats: false) { [weak self] in self?.identityTimedOut() }
             enter(.identifying(request, pending, timer: timer))
         }
     }

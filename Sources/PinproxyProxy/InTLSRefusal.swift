@@ -13,11 +13,13 @@ import PinproxyService
 /// lost to a reset. The upstream plays no part: the caller closes it before starting this, and
 /// nothing here can reach it.
 ///
-/// The responder keeps itself alive through the callbacks of the TLS connection it returns;
-/// it ends by calling `finished` once, after which the caller closes that connection.
-final class InTLSRefusal {
+/// It is a state machine: each `State` holds its timer and what its step reads with, and every
+/// event is handled in every state. The responder keeps itself alive through the callbacks of
+/// its TLS connection (`tls`); it ends by calling `finished` once, after which the caller
+/// closes that connection, or by `stop`.
+final class InTLSRefusal<IO: ConnectionIO> {
     /// How the exchange ended.
-    enum Outcome {
+    enum Outcome: Equatable {
         /// The page was sent (and the client closed, or stopped reading in time).
         case answered
         /// The client's TLS handshake failed (e.g. it does not trust the pinproxy CA).
@@ -28,31 +30,60 @@ final class InTLSRefusal {
         case clientClosed
         /// No handshake, or no complete request, within the timeout.
         case timedOut
+        /// An event that cannot happen in the state it came in (named): the exchange is cut off.
+        case unexpected(String)
     }
 
-    private enum State {
-        case handshaking, readingRequest, sending, draining, done
+    /// Where the exchange is, with what that step needs.
+    enum State {
+        /// The client's TLS handshake, within `timeout`.
+        case handshaking(timer: IO.Timer)
+        /// Over HTTP/1.1: reading the request head, within `timeout` from the handshake's end.
+        case readingHead(RequestHead, timer: IO.Timer)
+        /// Over h2: the client's frames until its first request is answered, within the same
+        /// `timeout`.
+        case readingHTTP2(HTTP2Refusal, timer: IO.Timer)
+        /// The answer is being written, still within the reading's `timeout`.
+        case sending(timer: IO.Timer)
+        /// The answer is out and close_notify sent: what the client still sends is discarded
+        /// until it closes, or `timeout` passes (the answer counts as delivered then).
+        case draining(timer: IO.Timer)
+        /// `finished` was called; the callbacks are removed.
+        case done
+
+        var name: String {
+            switch self {
+            case .handshaking: "handshaking"
+            case .readingHead: "reading-head"
+            case .readingHTTP2: "reading-http2"
+            case .sending: "sending"
+            case .draining: "draining"
+            case .done: "done"
+            }
+        }
+    }
+
+    /// The HTTP/1.1 request head read so far.
+    struct RequestHead {
+        var lines = 0
+        /// A HEAD request gets the page's head only.
+        var isHead = false
     }
 
     /// Limits on the request head read before the page is sent (the CONNECT parser's).
-    static let maximumLineBytes = 8 * 1024
-    static let maximumHeadLines = 100
+    static var maximumLineBytes: Int { 8 * 1024 }
+    static var maximumHeadLines: Int { 100 }
 
-    private let loop: EventLoop
-    private let tls: BufferEvent
+    private let io: IO
+    /// The client's TLS connection, which replaces the plain one for the caller.
+    let tls: IO.Endpoint
     private let page: RefusalResponse.Page
     private let timeout: TimeInterval
     private let finished: (Outcome) -> Void
-    private var state = State.handshaking
-    private var timer: PinproxyInterop.Timer?
-    private var headLines = 0
-    private var isHead = false
-    /// Over h2: the HTTP/2 side of the exchange.
-    private var http2: HTTP2Refusal?
+    private(set) var state: State = .done
 
-    private init(loop: EventLoop, tls: BufferEvent, page: RefusalResponse.Page, timeout: TimeInterval,
-                 finished: @escaping (Outcome) -> Void) {
-        self.loop = loop
+    private init(io: IO, tls: IO.Endpoint, page: RefusalResponse.Page, timeout: TimeInterval, finished: @escaping (Outcome) -> Void) {
+        self.io = io
         self.tls = tls
         self.page = page
         self.timeout = timeout
@@ -61,52 +92,126 @@ final class InTLSRefusal {
 
     /// Answers 200 on `client` (the plain connection, its CONNECT read; bytes after it are the
     /// start of the client's handshake) unless `answerConnect` is false (a transparent client,
-    /// which sent no CONNECT), starts the TLS
-    /// handshake with `leaf`, and returns the TLS connection, which replaces `client` for the
-    /// caller (closing it sends what is buffered, then closes the socket).
-    static func start(client: BufferEvent, answerConnect: Bool, loop: EventLoop, context: TLSServerContext, leaf: LocalCA.MintedLeaf,
-                      serverName: String?, bufferLimit: Int, timeout: TimeInterval, page: RefusalResponse.Page,
-                      finished: @escaping (Outcome) -> Void) throws -> BufferEvent {
+    /// which sent no CONNECT), starts the TLS handshake with a leaf minted for `host`, and
+    /// returns the responder, whose `tls` replaces `client` for the caller (closing it sends
+    /// what is buffered, then closes the socket).
+    static func start(client: IO.Endpoint, answerConnect: Bool, io: IO, host: TargetHost, bufferLimit: Int, timeout: TimeInterval,
+                      page: RefusalResponse.Page, finished: @escaping (Outcome) -> Void) throws -> InTLSRefusal {
         if answerConnect { client.write(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8)) }
-        let tls = try client.acceptTLS(loop: loop, context: context, certificate: leaf.certificate, key: leaf.key,
-                                       serverName: serverName, applicationProtocols: [.h2, .http11], bufferLimit: bufferLimit)
-        let responder = InTLSRefusal(loop: loop, tls: tls, page: page, timeout: timeout, finished: finished)
+        let tls = try io.acceptTLS(on: client, for: host, serverName: host.serverName, applicationProtocols: [.h2, .http11],
+                                   bufferLimit: bufferLimit)
+        let responder = InTLSRefusal(io: io, tls: tls, page: page, timeout: timeout, finished: finished)
         responder.awaitHandshake()
-        return tls
+        return responder
+    }
+
+    /// The caller closes the connection first (the daemon stops): the timer and the callbacks
+    /// go, and `finished` is not called.
+    func stop() {
+        state = .done
+        tls.onRead = nil
+        tls.onWrite = nil
+        tls.onEvent = nil
     }
 
     private func awaitHandshake() {
-        restartTimer()
-        tls.onEvent = { [self] events in
-            guard state == .handshaking else { return afterHandshake(events) }
+        state = .handshaking(timer: deadline())
+        tls.onEvent = { [self] events in event(events) }
+        tls.onRead = { [self] in readable() }
+        tls.onWrite = { [self] in writable() }
+    }
+
+    /// A timer that ends the exchange after `timeout`: timed out, or, once the answer is out,
+    /// answered (`deadlinePassed`).
+    private func deadline() -> IO.Timer {
+        io.timer(after: timeout, repeats: false) { [weak self] in self?.deadlinePassed() }
+    }
+
+    // MARK: Events
+
+    private func event(_ events: BufferEvent.Events) {
+        switch state {
+        case .handshaking:
             guard events.contains(.connected) else { return finish(.handshakeFailed(tls.takeTLSErrors().description)) }
-            state = .readingRequest
-            restartTimer()
-            if tls.selectedProtocol == .h2 { return startHTTP2() }
-            tls.onRead = { [self] in readRequest() }
-            tls.setReading(true)
-            readRequest()
+            handshakeDone()
+        case .readingHead, .readingHTTP2:
+            finish(.clientClosed)
+        case .sending, .draining:
+            finish(.answered)
+        case .done:
+            impossible("an event (\(events.rawValue))")
         }
     }
 
-    /// Over h2: the server's SETTINGS at once, then the client's frames until its first request
-    /// is answered.
-    private func startHTTP2() {
+    private func readable() {
+        switch state {
+        case .handshaking:
+            // Data that came with the end of the handshake can be reported before the handshake
+            // itself: it stays buffered, and is read once the handshake is done.
+            break
+        case .readingHead:
+            readRequest()
+        case .readingHTTP2:
+            readHTTP2()
+        case .sending, .draining:
+            // The answer is decided: what the client still sends is not read.
+            tls.discardInput()
+        case .done:
+            impossible("a read")
+        }
+    }
+
+    private func writable() {
+        switch state {
+        case .sending:
+            if tls.outputLength == 0 { drain() }
+        case .handshaking, .readingHead, .readingHTTP2, .draining:
+            break  // a handshake message, SETTINGS or the close_notify went out: nothing waits for it
+        case .done:
+            impossible("a write completion")
+        }
+    }
+
+    private func deadlinePassed() {
+        switch state {
+        case .handshaking, .readingHead, .readingHTTP2, .sending:
+            finish(.timedOut)
+        case .draining:
+            finish(.answered)
+        case .done:
+            impossible("the timer")
+        }
+    }
+
+    /// After `finish` every callback and the timer are gone: an event then is a bug in the
+    /// buffer event or timer, not in the client, and the connection is already closed.
+    private func impossible(_ event: String) {
+        assertionFailure("\(event) after the in-TLS refusal ended")
+    }
+
+    // MARK: Steps
+
+    private func handshakeDone() {
+        let timer = deadline()
+        tls.setReading(true)
+        guard tls.selectedProtocol == .h2 else {
+            state = .readingHead(RequestHead(), timer: timer)
+            return readRequest()
+        }
+        // Over h2: the server's SETTINGS at once, then the client's frames.
+        let http2: HTTP2Refusal
         do {
-            let refusal = try HTTP2Refusal(page: page)
-            http2 = refusal
-            tls.write(refusal.start())
+            http2 = try HTTP2Refusal(page: page)
         } catch {
             return finish(.http2Failed("\(error)"))
         }
-        tls.onRead = { [self] in readHTTP2() }
-        tls.setReading(true)
+        state = .readingHTTP2(http2, timer: timer)
+        tls.write(http2.start())
         readHTTP2()
     }
 
     private func readHTTP2() {
-        guard state == .readingRequest, let http2 else { return }
-        while case let bytes = tls.read(maxLength: 16 * 1024), !bytes.isEmpty {
+        while case .readingHTTP2(let http2, _) = state, case let bytes = tls.read(maxLength: 16 * 1024), !bytes.isEmpty {
             let output = http2.receive(bytes)
             switch http2.progress {
             case .reading:
@@ -123,33 +228,36 @@ final class InTLSRefusal {
     /// Over HTTP/1.1: reads the request head line by line; sends the page at its end (or at a
     /// line that is too long, not text, or one too many).
     private func readRequest() {
-        while state == .readingRequest {
+        while case .readingHead(var head, let timer) = state {
             switch tls.readLine(maxLength: Self.maximumLineBytes) {
             case .incomplete:
                 return
             case .tooLong, .notText:
-                return sendPage()
+                return sendPage(head)
             case .line(let text):
-                if headLines == 0 && text.isEmpty { continue }  // stray CRLF before the request line
-                if headLines == 0 { isHead = text.hasPrefix("HEAD ") }
-                headLines += 1
-                if text.isEmpty || headLines > Self.maximumHeadLines { return sendPage() }
+                if head.lines == 0 && text.isEmpty { continue }  // stray CRLF before the request line
+                if head.lines == 0 { head.isHead = text.hasPrefix("HEAD ") }
+                head.lines += 1
+                if text.isEmpty || head.lines > Self.maximumHeadLines { return sendPage(head) }
+                state = .readingHead(head, timer: timer)
             }
         }
     }
 
-    private func sendPage() {
-        send(RefusalResponse.inTLSResponse(page, includeBody: !isHead))
+    private func sendPage(_ head: RequestHead) {
+        send(RefusalResponse.inTLSResponse(page, includeBody: !head.isHead))
     }
 
-    /// Writes the last of the answer; once it has all gone out, `drain`.
+    /// Writes the last of the answer, within the reading's timer; once it has all gone out, `drain`.
     private func send(_ answer: [UInt8]) {
-        state = .sending
+        switch state {
+        case .readingHead(_, let timer), .readingHTTP2(_, let timer):
+            state = .sending(timer: timer)
+        case .handshaking, .sending, .draining, .done:
+            return finish(.unexpected("an answer to send"))
+        }
         tls.discardInput()
         tls.setWriteLowWatermark(0)
-        tls.onWrite = { [self] in
-            if state == .sending && tls.outputLength == 0 { drain() }
-        }
         tls.write(answer)
         if tls.outputLength == 0 { drain() }
     }
@@ -157,35 +265,12 @@ final class InTLSRefusal {
     /// The page is out: close_notify, then discard whatever the client still sends until it
     /// closes, so that closing never resets the connection under an unread page.
     private func drain() {
-        state = .draining
-        restartTimer(answered: true)
+        state = .draining(timer: deadline())
         tls.shutdownWrite()
-        tls.onRead = { [self] in tls.discardInput() }
-    }
-
-    private func afterHandshake(_ events: BufferEvent.Events) {
-        switch state {
-        case .readingRequest: finish(.clientClosed)
-        case .sending, .draining: finish(.answered)
-        case .handshaking, .done: break
-        }
-    }
-
-    private func restartTimer(answered: Bool = false) {
-        timer?.cancel()
-        timer = PinproxyInterop.Timer(loop: loop, after: timeout) { [weak self] in
-            self?.finish(answered ? .answered : .timedOut)
-        }
     }
 
     private func finish(_ outcome: Outcome) {
-        guard state != .done else { return }
-        state = .done
-        timer?.cancel()
-        timer = nil
-        tls.onRead = nil
-        tls.onWrite = nil
-        tls.onEvent = nil
+        stop()
         finished(outcome)
     }
 }
@@ -206,22 +291,22 @@ extension ClientConnection {
             },
             pinKind: policy.flatMap { $0.pinKind == .none ? nil : $0.pinKind.rawValue },
             pins: policy?.pins.map(\.description) ?? [], captured: listener == .transparent)
-        enter(.refusingInTLS(subject, reason))
+        enter(.refusingInTLS(subject, reason, nil))
         do {
-            let leaf = try worker.shared.leaf(for: subject.host)
-            clientSide = try InTLSRefusal.start(
-                client: clientSide, answerConnect: listener == .connect, loop: worker.loop, context: worker.shared.interceptTLS, leaf: leaf,
-                serverName: subject.host.serverName, bufferLimit: config.proxy.relayBufferBytes,
+            let responder = try InTLSRefusal.start(
+                client: clientSide, answerConnect: listener == .connect, io: io, host: subject.host, bufferLimit: config.proxy.relayBufferBytes,
                 timeout: config.proxy.handshakeTimeout, page: page
             ) { [weak self] outcome in self?.inTLSRefusalFinished(outcome) }
+            clientSide = responder.tls
+            update(.refusingInTLS(subject, reason, responder))
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(subject.host): \(error)")
             close()
         }
     }
 
-    private func inTLSRefusalFinished(_ outcome: InTLSRefusal.Outcome) {
-        guard case .refusingInTLS(_, let reason) = state else { return unexpected("the end of an in-TLS refusal") }
+    private func inTLSRefusalFinished(_ outcome: InTLSRefusal<IO>.Outcome) {
+        guard case .refusingInTLS(_, let reason, _) = state else { return unexpected("the end of an in-TLS refusal") }
         // A capture loop is logged once per start (`logDecision`), not once per connection.
         if reason == .captureLoop { return close() }
         switch outcome {
@@ -235,6 +320,8 @@ extension ClientConnection {
             logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the client closed before its request was complete")
         case .timedOut:
             logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): no TLS handshake or request within \(formatSeconds(config.proxy.handshakeTimeout))")
+        case .unexpected(let event):
+            return unexpected("\(event) in the in-TLS refusal")
         }
         close()
     }

@@ -11,7 +11,7 @@ extension ClientConnection {
     func intercept(_ tunnel: Tunnel) {
         logAdmission(tunnel, note: nil)
         sendConnectionEstablished(verdict: tunnel.verdict)
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
+        let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         readClientHello(tunnel, timer: timer)
     }
 
@@ -20,7 +20,7 @@ extension ClientConnection {
     /// at once with what the upstream negotiated, within the client's `handshake_timeout`.
     func interceptTransparent(_ tunnel: Tunnel) {
         logAdmission(tunnel, note: nil)
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
+        let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         acceptClientTLS(tunnel, timer: timer)
     }
 
@@ -47,11 +47,11 @@ extension ClientConnection {
         guard note == nil else { return }
         report(verdict, host: tunnel.destination.host, port: tunnel.destination.port, client: client)
         if let reason = verdict.reason {
-            worker.shared.metrics.connection(outcome: .reportOnly, reason: reason, listener: listener, client: client.metricLabel)
-            worker.shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true,
+            shared.metrics.connection(outcome: .reportOnly, reason: reason, listener: listener, client: client.metricLabel)
+            shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true,
                                           client: client.metricLabel)
         } else {
-            worker.shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener, client: client.metricLabel)
+            shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener, client: client.metricLabel)
         }
     }
 
@@ -59,14 +59,12 @@ extension ClientConnection {
     /// CA, selecting the protocol the upstream negotiated, within `timer` (the client's
     /// `handshake_timeout`). A client whose SNI names another host fails the handshake
     /// (unrecognized_name): not a byte is relayed.
-    func acceptClientTLS(_ tunnel: Tunnel, timer: LoopTimer) {
+    func acceptClientTLS(_ tunnel: Tunnel, timer: IO.Timer) {
         let host = tunnel.destination.host
-        let tls: BufferEvent
+        let tls: IO.Endpoint
         do {
-            let leaf = try worker.shared.leaf(for: host)
-            tls = try clientSide.acceptTLS(loop: worker.loop, context: worker.shared.interceptTLS, certificate: leaf.certificate,
-                                           key: leaf.key, serverName: host.serverName, applicationProtocols: tunnel.applicationProtocol.map { [$0] } ?? [],
-                                           bufferLimit: config.proxy.relayBufferBytes)
+            tls = try io.acceptTLS(on: clientSide, for: host, serverName: host.serverName, applicationProtocols: tunnel.applicationProtocol.map { [$0] } ?? [],
+                                   bufferLimit: config.proxy.relayBufferBytes)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot mint or install a certificate for \(host): \(error)")
             return close()
@@ -97,8 +95,8 @@ extension ClientConnection {
         switch state {
         case .readingClientHello, .clientHandshake:
             clientHandshakeFailed("the client did not finish its TLS handshake in time")
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .upstreamHandshake, .checkingCommand, .relaying,
-             .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .opening, .openingTransparent, .reopening,
+             .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("the client handshake timer")
         }
     }

@@ -7,10 +7,10 @@ extension ClientConnection {
     /// handshake) to learn its ALPN offer, then settle the protocol: the client gets what the
     /// upstream negotiated when it can (`ALPNAgreement.carries`), else the upstream is reopened
     /// with the client's offer. `timer` is the client's `handshake_timeout`.
-    func readClientHello(_ tunnel: Tunnel, timer: LoopTimer) {
-        let reader: ClientHelloReader
+    func readClientHello(_ tunnel: Tunnel, timer: IO.Timer) {
+        let reader: IO.HelloReader
         do {
-            reader = try ClientHelloReader()
+            reader = try io.helloReader()
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot read the client's ClientHello: \(error)")
             return close()
@@ -24,7 +24,7 @@ extension ClientConnection {
     /// More of the ClientHello may have arrived.
     func continueClientHello() {
         guard case .readingClientHello(let tunnel, let reader, let timer) = state else { return unexpected("a ClientHello read") }
-        switch reader.read(from: clientSide) {
+        switch io.readHello(reader, from: clientSide) {
         case .incomplete:
             return
         case .unreadable:
@@ -39,17 +39,18 @@ extension ClientConnection {
         }
     }
 
-    /// Step 8b: the client does not offer what the upstream negotiated. The upstream connection
-    /// is closed and opened again, at the same address, offering the client's list (http/1.1
-    /// for a client that offers none); its session, cached once the verdict admitted it, makes
-    /// that a resumed handshake where the server allows. The verdict runs again on it
-    /// (`evaluateUpstream`), then `admitReopened` continues. The ClientHello waits in the
-    /// buffer; the client is still watched, so one that leaves stops the reopening.
+    /// Step 8b: the client does not offer what the upstream negotiated (state `reopening`). The
+    /// upstream connection is closed and opened again, at the same address, offering the
+    /// client's list (http/1.1 for a client that offers none); its session, cached once the
+    /// verdict admitted it, makes that a resumed handshake where the server allows. The verdict
+    /// runs again on it (`evaluateUpstream`), then `admitReopened` continues. The ClientHello
+    /// waits in the buffer; the client is still watched, so one that leaves stops the reopening.
     private func reopenUpstream(_ tunnel: Tunnel, for hello: ClientHello) {
         let first = tunnel.upstream.connection
         first.takeSessionTickets()
         first.close()
-        connect(to: [tunnel.upstream.address.address], for: tunnel.destination, opening: .reopen(for: hello, after: tunnel.verdict.outcome))
+        let step = dial([tunnel.upstream.address.address], port: tunnel.destination.port)
+        enter(.reopening(tunnel.destination, Reopen(hello: hello, first: tunnel.verdict.outcome), step))
     }
 
     /// Step 8b (continued): the reopened upstream passed the verdict: its decision line, then
@@ -60,9 +61,9 @@ extension ClientConnection {
     func admitReopened(_ tunnel: Tunnel, for hello: ClientHello, after first: Verdict.Outcome) {
         let offered = hello.alpn?.description ?? "no ALPN"
         let changed = tunnel.verdict.outcome != first ? tunnel.verdict.outcome : nil
-        if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
+        if changed != nil { shared.metrics.reopenVerdictChanged() }
         logAdmission(tunnel, note: "upstream reopened for the client's ALPN offer (\(offered))", reopenChange: changed)
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.clientHandshakeTimedOut() }
+        let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         acceptClientTLS(tunnel, timer: timer)
     }
 }

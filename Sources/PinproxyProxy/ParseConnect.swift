@@ -89,7 +89,7 @@ extension ClientConnection {
                     switch RequestLine(parsing: line) {
                     case .connect(let host, let port):
                         head.target = (host, port)
-                        state = .readingRequest(head, timer: timer)
+                        update(.readingRequest(head, timer: timer))
                         continue
                     case .cleartext(let method):
                         return refuse(.cleartextDenied, "\(method) is plain HTTP, which carries no certificate to pin: use HTTPS through CONNECT")
@@ -105,7 +105,7 @@ extension ClientConnection {
                 head.headerLines += 1
                 guard head.headerLines <= RequestLine.maxHeaderLines else { return refuse(.badRequest, "more than 100 header lines") }
                 guard RequestHeaderLine.isWellFormed(line) else { return refuse(.badRequest, "a header line is not NAME: VALUE") }
-                state = .readingRequest(head, timer: timer)
+                update(.readingRequest(head, timer: timer))
             }
         }
     }

@@ -5,9 +5,9 @@ import PinproxyService
 
 /// A `mode = "tunnel"` connection once its upstream is connected: the plain upstream socket,
 /// where it goes, and the relay's counters.
-final class PassThrough {
-    let destination: ClientConnection.Destination
-    let upstream: BufferEvent
+final class PassThrough<Endpoint: ConnectionEndpoint> {
+    let destination: Destination
+    let upstream: Endpoint
     let address: SocketAddress
     /// Its socket's entry among the daemon's own (while a transparent listener is on).
     let own: OwnUpstreams.Registration?
@@ -17,7 +17,7 @@ final class PassThrough {
     var bytesDown = 0
     var closeReason = ""
 
-    init(destination: ClientConnection.Destination, upstream: BufferEvent, address: SocketAddress, own: OwnUpstreams.Registration?) {
+    init(destination: Destination, upstream: Endpoint, address: SocketAddress, own: OwnUpstreams.Registration?) {
         self.destination = destination
         self.upstream = upstream
         self.address = address
@@ -30,20 +30,28 @@ extension ClientConnection {
     /// `Pinproxy-Verdict: tunnel`), then its ClientHello is read (it stays buffered, and goes
     /// upstream as it is) within `handshake_timeout`; a transparent client's ClientHello passed
     /// `tunnelRefusal` before the connect. Nothing is sent upstream before it has.
-    func openPassThrough(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening,
-                         own: OwnUpstreams.Registration?) {
-        let upstream: BufferEvent
+    func openPassThrough(socket: Int32, address: SocketAddress, for destination: Destination, own: OwnUpstreams.Registration?) {
+        let upstream: IO.Endpoint
         do {
-            upstream = try BufferEvent(loop: worker.loop, socket: socket)
+            upstream = try io.plain(socket: socket)
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot relay to \(address): \(error)")
             return close()
         }
         let passage = PassThrough(destination: destination, upstream: upstream, address: address, own: own)
-        if case .transparent = opening { return startPassThrough(passage) }
-        let reader: ClientHelloReader
+        switch state {
+        case .opening:
+            break
+        case .openingTransparent:
+            return startPassThrough(passage)
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .readingClientHello, .reopening, .clientHandshake,
+             .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+            upstream.close()
+            return unexpected("a tunnel's upstream")
+        }
+        let reader: IO.HelloReader
         do {
-            reader = try ClientHelloReader()
+            reader = try io.helloReader()
         } catch {
             upstream.close()
             logEvent(.error, "intercept-failed", detail: "cannot read the client's ClientHello: \(error)")
@@ -52,7 +60,7 @@ extension ClientConnection {
         // The upstream is not read until the relay starts; only its closing can come meanwhile.
         upstream.onEvent = { [weak self] _ in self?.passThroughUpstreamClosed() }
         clientSide.write(Array("HTTP/1.1 200 Connection established\r\nPinproxy-Verdict: tunnel\r\n\r\n".utf8))
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.tunnelHelloTimedOut() }
+        let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.tunnelHelloTimedOut() }
         enter(.readingTunnelHello(passage, reader, timer: timer))
         continueTunnelHello()
     }
@@ -60,7 +68,7 @@ extension ClientConnection {
     /// More of a tunnel's ClientHello may have arrived.
     func continueTunnelHello() {
         guard case .readingTunnelHello(let passage, let reader, _) = state else { return unexpected("a tunnel ClientHello read") }
-        switch reader.read(from: clientSide) {
+        switch io.readHello(reader, from: clientSide) {
         case .incomplete:
             return
         case .unreadable:
@@ -93,42 +101,42 @@ extension ClientConnection {
     /// 200), counted, and closed; not a byte went upstream.
     func refuseTunnel(_ reason: RefusalReason, _ detail: String) {
         logDecision(outcome: .refused, reason: reason, status: 200, detail: detail, verdict: nil)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
-        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
+        shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
         close()
     }
 
     /// The decision (`outcome=tunnel`), then the bytes both ways (`ByteRelay`), the ClientHello
     /// first; `idle_timeout` as for any tunnel.
-    private func startPassThrough(_ passage: PassThrough) {
+    private func startPassThrough(_ passage: PassThrough<IO.Endpoint>) {
         // The upstream's events now go to the relay.
         passage.upstream.onEvent = nil
         logDecision(outcome: .tunnel, reason: nil, status: 200,
                     detail: "\(passage.destination.entry.name) has mode = \"tunnel\": the client's TLS is relayed to \(passage.address) unverified",
                     verdict: nil)
-        worker.shared.metrics.connection(outcome: .tunnel, reason: nil, listener: listener)
+        shared.metrics.connection(outcome: .tunnel, reason: nil, listener: listener)
         let relay = ByteRelay(client: clientSide, upstream: passage.upstream, limit: config.proxy.relayBufferBytes)
         passage.relayStarted = Date()
-        passage.lastActivity = worker.loop.now
+        passage.lastActivity = io.now
         let idle = config.proxy.idleTimeout
-        let idleCheck = LoopTimer(loop: worker.loop, after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkPassThroughIdle() }
+        let idleCheck = io.timer(after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkPassThroughIdle() }
         enter(.passingThrough(passage, relay, idleCheck: idleCheck))
-        worker.shared.tunnelOpened()
+        shared.tunnelOpened()
         relay.onEvent = { [weak self] event in self?.passThroughEvent(event) }
         relay.start()
     }
 
-    private func passThroughEvent(_ event: ByteRelay.Event) {
+    private func passThroughEvent(_ event: ByteRelay<IO.Endpoint>.Event) {
         guard case .passingThrough(let passage, _, _) = state else { return unexpected("a tunnel relay event") }
         switch event {
         case .relayed(let direction, let bytes):
-            passage.lastActivity = worker.loop.now
+            passage.lastActivity = io.now
             if direction == .up {
                 passage.bytesUp += bytes
-                worker.shared.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
+                shared.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
             } else {
                 passage.bytesDown += bytes
-                worker.shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
+                shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
             }
         case .ended(let direction):
             if direction == .down, let loop = capturedUpstream(passage) {
@@ -146,7 +154,7 @@ extension ClientConnection {
 
     /// Why the upstream ended, when it was pinproxy's own connection captured by the egress lock:
     /// its ClientHello came back to the transparent listener, which closed it (and logged the loop).
-    private func capturedUpstream(_ passage: PassThrough) -> String? {
+    private func capturedUpstream(_ passage: PassThrough<IO.Endpoint>) -> String? {
         guard passage.own?.captured == true else { return nil }
         return "capture-loop: pinproxy's own connection to \(passage.address) was captured by the egress lock and came back (run pinproxy as a user of exempt_users in [capture])"
     }
@@ -154,7 +162,7 @@ extension ClientConnection {
     private func checkPassThroughIdle() {
         guard case .passingThrough(let passage, _, _) = state else { return unexpected("the tunnel idle timer") }
         let idle = config.proxy.idleTimeout
-        guard worker.loop.now - passage.lastActivity >= idle else { return }
+        guard io.now - passage.lastActivity >= idle else { return }
         passage.closeReason = "idle for \(formatSeconds(idle))"
         close()
     }

@@ -5,14 +5,14 @@ extension ClientConnection {
     /// A direction of the tunnel: up is client to upstream.
     typealias Direction = TLSRelay.Direction
 
-    /// Step 9 begins: the client's handshake is done. The relay takes both TLS connections out
-    /// of their buffer events on the loop's next pass, outside libevent's callbacks for them;
-    /// that pass replaces the handshake's timer.
+    /// Step 9 begins: the client's handshake is done (state `handingOver`). The relay takes both
+    /// TLS connections out of their buffer events on the loop's next pass, outside libevent's
+    /// callbacks for them.
     func startRelay(_ tunnel: Tunnel) {
         clientSide.onEvent = nil
         clientSide.setReading(false)
-        let handOver = LoopTimer(loop: worker.loop, after: 0) { [weak self] in self?.relay(tunnel) }
-        enter(.clientHandshake(tunnel, timer: handOver))
+        let handOver = io.timer(after: 0, repeats: false) { [weak self] in self?.relay() }
+        enter(.handingOver(tunnel, handOver: handOver))
     }
 
     /// Step 9: bytes both ways between the two TLS connections (`TLSRelay`). A direction whose
@@ -21,18 +21,17 @@ extension ClientConnection {
     /// stops sending, everything it sent has been delivered, and the other peer gets a TLS
     /// close_notify while the opposite direction goes on; once both have ended, both sides are
     /// closed. A tunnel with no traffic either way for `idle_timeout` is closed.
-    private func relay(_ tunnel: Tunnel) {
-        guard case .clientHandshake = state else { return unexpected("the relay's start") }
-        guard let clientEnd = clientSide.takeTLSEndpoint(), let upstreamEnd = tunnel.upstream.connection.takeTLSEndpoint() else {
+    private func relay() {
+        guard case .handingOver(let tunnel, _) = state else { return unexpected("the relay's start") }
+        guard let relay = io.relay(client: clientSide, upstream: tunnel.upstream.connection, readLimit: config.proxy.relayBufferBytes) else {
             return unexpected("a TLS connection that cannot be handed to the relay")
         }
-        let relay = TLSRelay(loop: worker.loop, client: clientEnd, upstream: upstreamEnd, readLimit: config.proxy.relayBufferBytes)
         tunnel.relayStarted = Date()
-        tunnel.lastActivity = worker.loop.now
+        tunnel.lastActivity = io.now
         let idle = config.proxy.idleTimeout
-        let idleCheck = LoopTimer(loop: worker.loop, after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkIdle() }
+        let idleCheck = io.timer(after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkIdle() }
         enter(.relaying(tunnel, relay, idleCheck: idleCheck))
-        worker.shared.tunnelOpened()
+        shared.tunnelOpened()
         relay.onEvent = { [weak self] event in self?.relayEvent(event) }
         relay.start()
     }
@@ -41,14 +40,14 @@ extension ClientConnection {
         guard case .relaying(let tunnel, let relay, _) = state else { return unexpected("a relay event") }
         switch event {
         case .relayed(let direction, let bytes):
-            tunnel.lastActivity = worker.loop.now
+            tunnel.lastActivity = io.now
             switch direction {
             case .up:
                 tunnel.bytesUp += bytes
-                worker.shared.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
+                shared.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
             case .down:
                 tunnel.bytesDown += bytes
-                worker.shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
+                shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
             }
         case .ended(let direction):
             // Everything the side sent has been delivered: its peer is told (close_notify).
@@ -71,7 +70,7 @@ extension ClientConnection {
     private func checkIdle() {
         guard case .relaying(let tunnel, _, _) = state else { return unexpected("the idle timer") }
         let idle = config.proxy.idleTimeout
-        guard worker.loop.now - tunnel.lastActivity >= idle else { return }
+        guard io.now - tunnel.lastActivity >= idle else { return }
         tunnel.closeReason = "idle for \(formatSeconds(idle))"
         close()
     }

@@ -12,8 +12,8 @@ extension ClientConnection {
             return checkDestinations([address], for: destination)
         case .name(let name):
             if let configured = config.resolve[name] { return checkDestinations(configured, for: destination) }
-            let timer = LoopTimer(loop: worker.loop, after: config.proxy.dnsTimeout) { [weak self] in self?.dnsTimedOut() }
-            let request = worker.resolver.resolve(name) { [weak self] result in self?.resolved(result) }
+            let timer = io.timer(after: config.proxy.dnsTimeout, repeats: false) { [weak self] in self?.dnsTimedOut() }
+            let request = io.resolve(name) { [weak self] result in self?.resolved(result) }
             enter(.resolving(destination, request, timer: timer))
         }
     }
@@ -31,15 +31,16 @@ extension ClientConnection {
         }
     }
 
-    /// With `block_private_destinations`, only the public addresses go on to `connect`.
-    func checkDestinations(_ addresses: [IPAddress], for destination: Destination, opening: Opening = .first) {
-        guard config.proxy.blockPrivateDestinations else { return connect(to: addresses, for: destination, opening: opening) }
+    /// With `block_private_destinations`, only the public addresses go on to `connect`; `hello` is
+    /// a transparent client's ClientHello.
+    func checkDestinations(_ addresses: [IPAddress], for destination: Destination, transparent hello: ClientHello? = nil) {
+        guard config.proxy.blockPrivateDestinations else { return connect(to: addresses, for: destination, transparent: hello) }
         let allowed = addresses.filter { !DestinationGuard.isPrivate($0) }
         guard !allowed.isEmpty else {
             let listed = addresses.map(\.description).joined(separator: ", ")
             return refuse(.destinationDenied, "\(destination.host) resolves only to private or special addresses (\(listed)) and block_private_destinations = true",
                           for: destination)
         }
-        connect(to: allowed, for: destination, opening: opening)
+        connect(to: allowed, for: destination, transparent: hello)
     }
 }

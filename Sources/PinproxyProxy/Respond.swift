@@ -9,7 +9,7 @@ extension ClientConnection {
     /// `destination` names the entry when the state does not hold it yet; `proxyError`
     /// overrides the reason's `Proxy-Status` error type.
     func refuse(_ reason: RefusalReason, _ detail: String, for destination: Destination? = nil, proxyError: ProxyStatusError? = nil) {
-        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(Self.subject), proxyError: proxyError,
+        sendRefusal(reason: reason, detail: detail, verdict: nil, alpn: nil, subject: destination.map(\.subject), proxyError: proxyError,
                     client: destination?.client)
     }
 
@@ -24,11 +24,7 @@ extension ClientConnection {
     func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
         sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
-                    alpn: alpn, subject: destination.map(Self.subject), proxyError: nil, client: destination?.client)
-    }
-
-    private static func subject(_ destination: Destination) -> Subject {
-        (destination.host, destination.port, destination.entry)
+                    alpn: alpn, subject: destination.map(\.subject), proxyError: nil, client: destination?.client)
     }
 
     /// Logs the refusal, stops all upstream work, and sends the answer; the connection closes
@@ -40,14 +36,11 @@ extension ClientConnection {
     private func sendRefusal(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, subject given: Subject?,
                              proxyError: ProxyStatusError?, client givenClient: ClientDecision? = nil) {
         switch state {
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting(_, _, .first), .upstreamHandshake(_, _, _, .first),
-             .checkingCommand(_, _, _, _, .first), .connecting(_, _, .transparent), .upstreamHandshake(_, _, _, .transparent),
-             .checkingCommand(_, _, _, _, .transparent):
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .opening, .openingTransparent:
             break
-        case .connecting(_, _, .reopen(_, let first)), .upstreamHandshake(_, _, _, .reopen(_, let first)),
-             .checkingCommand(_, _, _, _, .reopen(_, let first)):
-            return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn, after: first)
-        case .readingClientHello, .clientHandshake, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .reopening(_, let reopen, _):
+            return refuseReopened(reason: reason, detail: detail, verdict: verdict, alpn: alpn, after: reopen.first)
+        case .readingClientHello, .clientHandshake, .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             return unexpected("a refusal (\(reason.rawValue))")
         }
         let subject = given ?? logSubject
@@ -55,14 +48,11 @@ extension ClientConnection {
         let label = client?.metricLabel ?? ProxyMetrics.noClientLabel
         logDecision(outcome: .refused, reason: reason, status: reason.traits.httpStatus, detail: detail, verdict: verdict, alpn: alpn,
                     subject: subject, client: client)
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
-        worker.shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
+        shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
+        shared.metrics.refusal(hostPattern: subject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
                                       client: label)
         if let verdict, let subject { report(verdict, host: subject.host, port: subject.port, client: client) }
-        switch state {
-        case .upstreamHandshake(_, let upstream, _, _), .checkingCommand(_, let upstream, _, _, _): upstream.connection.close()
-        default: break
-        }
+        dialing?.1.upstream?.connection.close()
         let proxyStatus = ProxyStatus.value(reason: reason, detail: detail, error: proxyError)
         // On the transparent listener there is no CONNECT to answer. A tunnel entry's client checks
         // its own server: a page behind pinproxy's leaf is no use to it, the CONNECT answer is.
@@ -71,7 +61,7 @@ extension ClientConnection {
             return refuseInTLS(subject, reason: reason, detail: detail, proxyStatus: proxyStatus, verdict: verdict)
         }
         if listener == .transparent { return close() }
-        let grace = LoopTimer(loop: worker.loop, after: Self.refusalGrace) { [weak self] in self?.refusalGraceOver() }
+        let grace = io.timer(after: Self.refusalGrace, repeats: false) { [weak self] in self?.refusalGraceOver() }
         enter(.refusing(grace: grace))
         let answer = RefusalResponse.connectResponse(status: reason.traits.httpStatus, reason: reason, proxyStatus: proxyStatus,
                                                      target: subject.map { ($0.host.description, $0.port) }, detail: detail)
@@ -88,12 +78,12 @@ extension ClientConnection {
     private func refuseReopened(reason: RefusalReason, detail: String, verdict: Verdict?, alpn: ALPNProtocol?, after first: Verdict.Outcome) {
         if let verdict, let subject = logSubject { report(verdict, host: subject.host, port: subject.port, client: clientDecision) }
         let label = clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel
-        worker.shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
-        worker.shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
+        shared.metrics.connection(outcome: .refused, reason: reason, listener: listener, client: label)
+        shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason,
                                       client: label)
         // The first upstream was admitted, so a refusal by the verdict always changes it.
         let changed = verdict.flatMap { $0.outcome != first ? $0.outcome : nil }
-        if changed != nil { worker.shared.metrics.reopenVerdictChanged() }
+        if changed != nil { shared.metrics.reopenVerdictChanged() }
         logDecision(outcome: .refused, reason: reason, status: 200,
                     detail: "the upstream reopened for the client's ALPN offer was refused; the client's TLS handshake is aborted: \(detail)",
                     verdict: verdict, alpn: alpn, reopenChange: changed)
@@ -103,7 +93,7 @@ extension ClientConnection {
     /// A pin-failure report on `verdict`, carrying the client's identity when
     /// `report_client_identity` says so.
     func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientDecision?) {
-        worker.shared.report(verdict, host: host, port: port, client: config.proxy.reportClientIdentity ? client?.identity : nil)
+        shared.report(verdict, host: host, port: port, client: config.proxy.reportClientIdentity ? client?.identity : nil)
     }
 
     private func refusalGraceOver() {
@@ -133,7 +123,7 @@ extension ClientConnection {
     func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil, client decision: ClientDecision? = nil,
                      reopenChange: Verdict.Outcome? = nil) {
-        if reason == .captureLoop, worker.shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
+        if reason == .captureLoop, shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
         fields += Self.identityFields((decision ?? clientDecision)?.identity)
         fields.append((.listener, listener.rawValue))
@@ -154,6 +144,6 @@ extension ClientConnection {
         if !detail.isEmpty { fields.append((.detail, detail)) }
         let certificates = verdict.map { AccessLog.Certificates(presented: $0.presented, verified: $0.verifiedPath) }
         let level: Logger.Level = outcome == .allowed || outcome == .clientGone ? .info : .warning
-        worker.shared.log.emit(level, "connection", fields, certificates: certificates)
+        shared.log.emit(level, "connection", fields, certificates: certificates)
     }
 }

@@ -8,14 +8,14 @@ extension ClientConnection {
     /// stays buffered for the real handshake; `addresses` were read from the socket at accept.
     func startTransparent(_ addresses: ConnectionAddresses) {
         watchClient()
-        let reader: ClientHelloReader
+        let reader: IO.HelloReader
         do {
-            reader = try ClientHelloReader()
+            reader = try io.helloReader()
         } catch {
             logEvent(.error, "intercept-failed", detail: "cannot read the client's ClientHello: \(error)")
             return close()
         }
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.requestTimeout) { [weak self] in self?.transparentHelloTimedOut() }
+        let timer = io.timer(after: config.proxy.requestTimeout, repeats: false) { [weak self] in self?.transparentHelloTimedOut() }
         enter(.readingTransparentHello(addresses, reader, timer: timer))
         clientSide.setReading(true)
     }
@@ -23,7 +23,7 @@ extension ClientConnection {
     /// More of the ClientHello may have arrived.
     func continueTransparentHello() {
         guard case .readingTransparentHello(let addresses, let reader, _) = state else { return unexpected("a transparent ClientHello read") }
-        switch reader.read(from: clientSide) {
+        switch io.readHello(reader, from: clientSide) {
         case .incomplete:
             return
         case .unreadable:

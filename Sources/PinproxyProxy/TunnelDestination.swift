@@ -16,8 +16,8 @@ extension ClientConnection {
             bindTunnel(to: original, resolved: [address], hello: hello, for: destination)
         case .name(let name):
             if let configured = config.resolve[name] { return bindTunnel(to: original, resolved: configured, hello: hello, for: destination) }
-            let timer = LoopTimer(loop: worker.loop, after: config.proxy.dnsTimeout) { [weak self] in self?.tunnelDNSTimedOut() }
-            let request = worker.resolver.resolve(name) { [weak self] result in self?.tunnelResolved(result) }
+            let timer = io.timer(after: config.proxy.dnsTimeout, repeats: false) { [weak self] in self?.tunnelDNSTimedOut() }
+            let request = io.resolve(name) { [weak self] result in self?.tunnelResolved(result) }
             enter(.bindingTunnel(destination, original: original, hello, request, timer: timer))
         }
     }
@@ -41,6 +41,6 @@ extension ClientConnection {
             return refuse(.destinationMismatch, "the client went to \(original.address), which is not among the addresses \(destination.host) resolves to for pinproxy (\(listed)): \(destination.entry.name) has mode = \"tunnel\", and nothing verifies a tunnel's peer; nothing was relayed",
                           for: destination)
         }
-        checkDestinations([original.address], for: destination, opening: .transparent(for: hello))
+        checkDestinations([original.address], for: destination, transparent: hello)
     }
 }

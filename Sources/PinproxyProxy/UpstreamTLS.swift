@@ -4,39 +4,46 @@ import PinproxyPolicy
 
 extension ClientConnection {
     /// Step 5b: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
-    /// literals), ALPN `opening.offer` (h2, http/1.1; the client's own offer when reopened for
-    /// it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
+    /// literals), ALPN `offer` (h2, http/1.1; the client's own offer for a transparent client or
+    /// when reopened for it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
     /// the entry's `client_certificate` for a server that asks for one.
     /// Renegotiation is refused (see `upstreamRenegotiationAttempted`).
-    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, opening: Opening,
-                          own: OwnUpstreams.Registration?) {
+    func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, own: OwnUpstreams.Registration?) {
         let entry = destination.entry
-        let offer = opening.offer
-        let connection: BufferEvent
+        let offer: ALPNOffer
+        switch state {
+        case .opening: offer = ALPNOffer.upstreamDefault
+        case .openingTransparent(_, let hello, _): offer = ALPNAgreement.reopenOffer(for: hello.alpn)
+        case .reopening(_, let reopen, _): offer = ALPNAgreement.reopenOffer(for: reopen.hello.alpn)
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .readingClientHello, .clientHandshake,
+             .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+            io.closeSocket(socket)
+            return unexpected("an upstream TLS handshake to start")
+        }
+        let connection: IO.Endpoint
         do {
             let requestStaple: Bool = if case .ocspStaple = entry.policy.revocation { true } else { false }
-            connection = try BufferEvent.connectTLS(loop: worker.loop, socket: socket, context: worker.shared.upstreamTLS,
-                                                    serverName: destination.host.serverName,
-                                                    minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
-                                                    requestOCSPStaple: requestStaple, alpn: offer,
-                                                    clientIdentity: entry.policy.clientIdentity,
-                                                    sessions: requestStaple ? nil : worker.shared.sessions, sessionKey: sessionKey(for: destination))
+            connection = try io.connectTLS(socket: socket, serverName: destination.host.serverName,
+                                           minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
+                                           requestOCSPStaple: requestStaple, alpn: offer, clientIdentity: entry.policy.clientIdentity,
+                                           sessionKey: requestStaple ? nil : sessionKey(for: destination))
         } catch {
             return refuse(.handshakeFailed, "cannot start TLS: \(error)")
         }
         connection.onEvent = { [weak self] events in self?.upstreamEvent(events) }
         connection.onRenegotiationAttempt = { [weak self] in self?.upstreamRenegotiationAttempted() }
-        let timer = LoopTimer(loop: worker.loop, after: config.proxy.handshakeTimeout) { [weak self] in self?.upstreamHandshakeTimedOut() }
+        let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.upstreamHandshakeTimedOut() }
         let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date(), own: own)
-        enter(.upstreamHandshake(destination, upstream, timer: timer, opening))
+        advance(.handshaking(upstream, timer: timer))
     }
 
     /// Events on the upstream until the relay takes it over.
     private func upstreamEvent(_ events: BufferEvent.Events) {
         switch state {
-        case .upstreamHandshake(let destination, let upstream, _, let opening):
+        case .opening(let destination, .handshaking(let upstream, _)), .openingTransparent(let destination, _, .handshaking(let upstream, _)),
+             .reopening(let destination, _, .handshaking(let upstream, _)):
             if events.contains(.connected) {
-                return evaluateUpstream(upstream, for: destination, opening: opening)
+                return evaluateUpstream(upstream, for: destination)
             }
             let failure = upstream.connection.takeTLSErrors()
             if upstream.own?.captured == true {
@@ -46,21 +53,24 @@ extension ClientConnection {
                 return refuse(.tlsVersion, "\(describe(upstream, for: destination)) offers no TLS version at or above \(destination.entry.policy.minTLS.rawValue): \(failure)")
             }
             refuse(.handshakeFailed, "the TLS handshake with \(describe(upstream, for: destination)) failed: \(failure)")
-        case .checkingCommand(let destination, let upstream, _, _, _):
+        case .opening(let destination, .checkingCommand(let upstream, _, _)), .openingTransparent(let destination, _, .checkingCommand(let upstream, _, _)),
+             .reopening(let destination, _, .checkingCommand(let upstream, _, _)):
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(upstream, for: destination)) closed while its verify_command ran")
             close()
-        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _):
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _):
             // The upstream is not read until the relay starts, so only an error can come here.
             logEvent(.warning, "upstream-closed", detail: "\(describe(tunnel.upstream, for: tunnel.destination)) closed before the client finished its TLS handshake")
             close()
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .opening(_, .connecting),
+             .openingTransparent(_, _, .connecting), .reopening(_, _, .connecting), .relaying, .refusing, .refusingInTLS, .readingTunnelHello,
+             .passingThrough, .closed:
             unexpected("an upstream event (\(events.rawValue))")
         }
     }
 
     private func upstreamHandshakeTimedOut() {
-        guard case .upstreamHandshake(let destination, let upstream, _, _) = state else { return unexpected("the upstream handshake timer") }
+        guard let (destination, step) = dialing, case .handshaking(let upstream, _) = step else { return unexpected("the upstream handshake timer") }
         refuse(.upstreamTimeout, "the TLS handshake with \(describe(upstream, for: destination)) did not finish within \(formatSeconds(config.proxy.handshakeTimeout))")
     }
 
@@ -70,13 +80,15 @@ extension ClientConnection {
     func upstreamRenegotiationAttempted() {
         let why = "the upstream asked to renegotiate TLS after the verdict (refused: a second handshake could present a certificate the verdict never saw)"
         switch state {
-        case .upstreamHandshake, .checkingCommand:
+        case .opening(_, .handshaking), .opening(_, .checkingCommand), .openingTransparent(_, _, .handshaking),
+             .openingTransparent(_, _, .checkingCommand), .reopening(_, _, .handshaking), .reopening(_, _, .checkingCommand):
             refuse(.handshakeFailed, why)
-        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .relaying(let tunnel, _, _):
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _), .relaying(let tunnel, _, _):
             logEvent(.warning, "renegotiation-refused", detail: "\(describe(tunnel.upstream, for: tunnel.destination)): \(why): tunnel closed")
             tunnel.closeReason = "upstream renegotiation refused"
             close()
-        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .connecting, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .opening(_, .connecting),
+             .openingTransparent(_, _, .connecting), .reopening(_, _, .connecting), .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             unexpected("an upstream renegotiation request")
         }
     }

@@ -103,7 +103,9 @@ final class Worker: @unchecked Sendable {
     /// Who this worker's clients are (`[clients]`).
     let identifier: ClientIdentifier
     private var listeners: [(listener: Listener, kind: ListenerKind)] = []
-    private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    private var connections: [ObjectIdentifier: ClientConnection<LoopIO>] = [:]
+    /// What the connections do their I/O with: this worker's loop.
+    private var io: LoopIO { LoopIO(loop: loop, resolver: resolver, identifier: identifier, shared: shared) }
     private var heartbeatTimer: PinproxyInterop.Timer?
     private var lastLimitWarning: TimeInterval = -.infinity
     private let finished = DispatchSemaphore(value: 0)
@@ -198,9 +200,13 @@ final class Worker: @unchecked Sendable {
         }
         // Read before the buffer event takes the socket over.
         let addresses = kind == .transparent ? ConnectionAddresses(socket: socket) : nil
-        let connection: ClientConnection
+        let ourEnd = config.clients.isEmpty || kind == .transparent ? nil : SocketAddress.local(of: socket)
+        setNoDelay(socket)
+        let connection: ClientConnection<LoopIO>
         do {
-            connection = try ClientConnection(worker: self, socket: socket, client: client, config: config, listener: kind)
+            let clientSide = try BufferEvent(loop: loop, socket: socket)
+            connection = ClientConnection(io: io, shared: shared, clientSide: clientSide, client: client, ourEnd: ourEnd, config: config,
+                                          listener: kind) { [unowned self] in self.remove($0) }
         } catch {
             shared.openConnections.subtract(1, ordering: .relaxed)
             shared.log.emit(.error, "accept-failed", [(.client, client?.description ?? "-"), (.detail, "\(error): the connection is closed")])
@@ -211,7 +217,7 @@ final class Worker: @unchecked Sendable {
     }
 
     /// Called by a connection once it has closed.
-    func remove(_ connection: ClientConnection) {
+    func remove(_ connection: ClientConnection<LoopIO>) {
         if connections.removeValue(forKey: ObjectIdentifier(connection)) != nil {
             shared.openConnections.subtract(1, ordering: .relaxed)
         }

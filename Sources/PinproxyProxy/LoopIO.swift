@@ -1,0 +1,81 @@
+import Foundation
+import PinproxyInterop
+import PinproxyPolicy
+import PinproxyService
+
+/// The daemon's `ConnectionIO`: a worker's libevent loop, its resolver and client identifier,
+/// and the shared TLS contexts, local CA and session cache.
+struct LoopIO: ConnectionIO {
+    let loop: EventLoop
+    let resolver: DNSResolver
+    let identifier: ClientIdentifier
+    let shared: SharedState
+
+    var now: TimeInterval { loop.now }
+
+    func timer(after interval: TimeInterval, repeats: Bool, _ action: @escaping () -> Void) -> PinproxyInterop.Timer {
+        PinproxyInterop.Timer(loop: loop, after: interval, repeats: repeats, action)
+    }
+
+    func resolve(_ name: String, _ done: @escaping (Result<[IPAddress], DNSFailure>) -> Void) -> DNSRequest {
+        resolver.resolve(name, completion: done)
+    }
+
+    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnector.Failure>) -> Void) -> TCPConnector {
+        TCPConnector(loop: loop, address: address, timeout: timeout, completion: done)
+    }
+
+    func closeSocket(_ socket: Int32) {
+        PinproxyInterop.closeSocket(socket)
+    }
+
+    func plain(socket: Int32) throws -> BufferEvent {
+        try BufferEvent(loop: loop, socket: socket)
+    }
+
+    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+                    clientIdentity: TLSClientIdentity?, sessionKey: String?) throws -> BufferEvent {
+        try BufferEvent.connectTLS(loop: loop, socket: socket, context: shared.upstreamTLS, serverName: serverName, minimumVersion: minimumVersion,
+                                   requestOCSPStaple: requestOCSPStaple, alpn: alpn, clientIdentity: clientIdentity,
+                                   sessions: sessionKey == nil ? nil : shared.sessions, sessionKey: sessionKey)
+    }
+
+    func acceptTLS(on client: BufferEvent, for host: TargetHost, serverName: String?, applicationProtocols: [ALPNProtocol],
+                   bufferLimit: Int) throws -> BufferEvent {
+        let leaf = try shared.leaf(for: host)
+        return try client.acceptTLS(loop: loop, context: shared.interceptTLS, certificate: leaf.certificate, key: leaf.key,
+                                    serverName: serverName, applicationProtocols: applicationProtocols, bufferLimit: bufferLimit)
+    }
+
+    func helloReader() throws -> ClientHelloReader {
+        try ClientHelloReader()
+    }
+
+    func readHello(_ reader: ClientHelloReader, from endpoint: BufferEvent) -> ClientHelloReader.Progress {
+        reader.read(from: endpoint)
+    }
+
+    func relay(client: BufferEvent, upstream: BufferEvent, readLimit: Int) -> TLSRelay? {
+        guard let clientEnd = client.takeTLSEndpoint(), let upstreamEnd = upstream.takeTLSEndpoint() else { return nil }
+        return TLSRelay(loop: loop, client: clientEnd, upstream: upstreamEnd, readLimit: readLimit)
+    }
+
+    func identify(peer: SocketAddress?, ourEnd: SocketAddress?, needsExecutable: Bool, deadline: TimeInterval,
+                  done: @escaping (IdentityLookups.Parts) -> Void) -> ClientIdentifier.Start {
+        identifier.start(peer: peer, ourEnd: ourEnd, needsExecutable: needsExecutable, deadline: deadline, on: loop,
+                         metrics: shared.metrics, done: done)
+    }
+
+    func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
+                        client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval,
+                        done: @escaping (CustomCheckResult) -> Void) {
+        shared.customChecks.check(command, entry: entry, chain: chain, host: host, port: port, client: client, timeout: timeout,
+                                  cacheSeconds: cacheSeconds, on: loop, done: done)
+    }
+}
+
+extension BufferEvent: ConnectionEndpoint {}
+extension PinproxyInterop.Timer: ConnectionTimer {}
+extension DNSRequest: PendingWork {}
+extension TCPConnector: PendingWork {}
+extension TLSRelay: TunnelRelay {}
