@@ -21,8 +21,9 @@ struct RawPolicy: Sendable {
     }
 
     /// `revocation` as written (the CRLs come from `crlFiles`).
-    enum Revocation: Sendable, Equatable {
-        case off, crl, ocspStaple
+    enum Revocation: String, Sendable, Equatable, CaseIterable {
+        case off, crl
+        case ocspStaple = "ocsp-staple"
     }
 
     /// `["default"]` or `["hosts", KEY]`: where the entry is written.
