@@ -137,7 +137,7 @@ extension ConfigKey {
         }
     }
 
-    static func choice<Word: RawRepresentable & CaseIterable>(_ name: String, _ section: ConfigSection, _ type: Word.Type,
+    static func choice<Word: RawRepresentable & CaseIterable & Sendable>(_ name: String, _ section: ConfigSection, _ type: Word.Type,
                                                               default defaultValue: ConfigDefault, doc: String,
                                                               _ set: @escaping @Sendable (inout Settings, Word) -> Void) -> Self
         where Word.RawValue == String {

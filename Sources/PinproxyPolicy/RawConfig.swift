@@ -105,7 +105,7 @@ func displayKeyPath(_ keyPath: [String]) -> String {
     var result = ""
     for key in keyPath {
         if !result.isEmpty { result += "." }
-        if !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) {
+        if !key.isEmpty && key.utf8.allSatisfy(ConfigSource.isBareKeyByte) {
             result += key
         } else {
             result += "\"" + key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
