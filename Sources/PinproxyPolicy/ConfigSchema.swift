@@ -37,20 +37,20 @@ enum ConfigSchema {
         .choice("log_format", .proxy, ProxySettings.LogFormat.self, default: .value(#""logfmt""#),
                 doc: "one line per decision and per closed tunnel, on stderr") { $0.logFormat = $1 },
         .integer("workers", .proxy, in: 1...256, default: .unset("one per core"), doc: "event loops") { $0.workers = $1 },
-        .seconds("request_timeout", .proxy, default: .value("10"), doc: "seconds: the whole CONNECT request, from accept to the blank line") {
+        .seconds("request_timeout", .proxy, default: .value("10"), doc: "the whole CONNECT request, from accept to the blank line") {
             $0.requestTimeout = $1
         },
-        .seconds("dns_timeout", .proxy, default: .value("10"), doc: "seconds: resolving one destination") { $0.dnsTimeout = $1 },
-        .seconds("connect_timeout", .proxy, default: .value("10"), doc: "seconds: TCP connect, all of the upstream's addresses together") {
+        .seconds("dns_timeout", .proxy, default: .value("10"), doc: "resolving one destination") { $0.dnsTimeout = $1 },
+        .seconds("connect_timeout", .proxy, default: .value("10"), doc: "TCP connect, all of the upstream's addresses together") {
             $0.connectTimeout = $1
         },
-        .seconds("handshake_timeout", .proxy, default: .value("10"), doc: "seconds: each TLS handshake (upstream, then client)") {
+        .seconds("handshake_timeout", .proxy, default: .value("10"), doc: "each TLS handshake (upstream, then client)") {
             $0.handshakeTimeout = $1
         },
-        .seconds("idle_timeout", .proxy, default: .value("300"), doc: "seconds: a tunnel with no traffic either way is closed") {
+        .seconds("idle_timeout", .proxy, default: .value("300"), doc: "a tunnel with no traffic either way for this long is closed") {
             $0.idleTimeout = $1
         },
-        .seconds("drain_timeout", .proxy, default: .value("30"), doc: "seconds: on SIGTERM, how long open tunnels may finish") {
+        .seconds("drain_timeout", .proxy, default: .value("30"), doc: "on SIGTERM, how long open tunnels may finish") {
             $0.drainTimeout = $1
         },
         .integer("max_connections", .proxy, in: 1...1_000_000, default: .unset("what the open-file limit allows"),
@@ -58,7 +58,7 @@ enum ConfigSchema {
         .integer("relay_buffer_bytes", .proxy, in: 4_096...(64 << 20), default: .value("262144"),
                  doc: "bytes per direction (256 KiB by default), before reading pauses") { $0.relayBufferBytes = $1 },
         .seconds("admin_timeout", .proxy, default: .value("10"),
-                 doc: "seconds: each `metrics_listen` request in total, from accept to the answer") { $0.adminTimeout = $1 },
+                 doc: "each `metrics_listen` request in total, from accept to the answer") { $0.adminTimeout = $1 },
         .choice("refusal", .proxy, ProxySettings.RefusalDelivery.self, default: .value(#""connect""#),
                 doc: "how a refusal is answered ([trust-decisions.md](trust-decisions.md#the-refusal-inside-tls-refusal--in-tls))") {
             $0.refusal = $1
@@ -82,14 +82,14 @@ enum ConfigSchema {
         .integer("report_file_max_bytes", .proxy, in: 1...Int.max, default: .value("67108864"),
                  doc: "a `file:` destination stops growing here (64 MiB by default)") { $0.reportFileMaxBytes = $1 },
         .seconds("verify_command_timeout", .proxy, default: .value("5"),
-                 doc: "seconds ([trust-decisions.md](trust-decisions.md#a-custom-check-verify_command))") { $0.verifyCommandTimeout = $1 },
+                 doc: "how long a custom check may run ([trust-decisions.md](trust-decisions.md#a-custom-check-verify_command))") { $0.verifyCommandTimeout = $1 },
         .integer("verify_command_cache", .proxy, in: 0...86_400, default: .value("300"),
                  doc: "seconds an exit status is reused; 0 runs the command every time") { $0.verifyCommandCache = TimeInterval($1) },
         .integer("verify_command_concurrency", .proxy, in: 1...64, default: .value("4"), doc: "custom checks running at once") {
             $0.verifyCommandConcurrency = $1
         },
         .seconds("client_identity_timeout", .proxy, default: .value("2"),
-                 doc: "seconds: with `[clients]`, looking up the client's user name, unit and program off the loop ([policy per client](#policy-per-client-clients))") {
+                 doc: "with `[clients]`, looking up the client's user name, unit and program off the loop ([policy per client](#policy-per-client-clients))") {
             $0.clientIdentityTimeout = $1
         },
         .bool("report_client_identity", .proxy, default: .value("false"),
