@@ -2,14 +2,15 @@ import Foundation
 import PinproxyInterop
 import TOMLKit
 
-/// The first stage of loading: a parsed TOML document into Swift values — `[proxy]` and
-/// `[resolve]` settings, and each policy table as a `RawPolicy` with the key paths it was
-/// written at. Unknown keys, wrong types, words that are not one of the choices and malformed
-/// pins are reported here; no file is read and no rule across keys is checked.
+/// The first stage of loading: a parsed TOML document into Swift values — `[proxy]`,
+/// `[resolve]` and `[capture]` settings, and each policy table as a `RawPolicy` with the key
+/// paths it was written at. Every key is read through its declaration in `ConfigSchema`;
+/// unknown keys, wrong types, values out of range, words that are not one of the choices and
+/// malformed pins are reported here; no file is read and no rule across keys is checked.
 ///
 /// TOMLKit 0.6 leaks: every table it iterates copies its keys into memory it never frees, and a
-/// document is never freed. Keys are therefore looked up by name (a table is iterated only to
-/// name an unknown key), and `release(_:)` frees each document once loaded.
+/// document is never freed. A policy table's keys are therefore looked up by name (it is
+/// iterated only to name an unknown key), and `release(_:)` frees each document once loaded.
 struct ConfigDecoder {
     private(set) var findings: [Finding] = []
 
@@ -217,8 +218,8 @@ struct ConfigDecoder {
             typeError(keyPath, value, expected: "a number of seconds")
             return nil
         }
-        guard number > 0, number <= 86_400 else {
-            error(keyPath, "\(displayKeyPath(keyPath)) must be more than 0 and at most 86400 seconds")
+        guard number > 0, number <= Double(ConfigValue.maxSeconds) else {
+            error(keyPath, "\(displayKeyPath(keyPath)) must be more than 0 and at most \(ConfigValue.maxSeconds) seconds")
             return nil
         }
         return number

@@ -31,7 +31,7 @@ enum ConfigValue: Sendable {
     case wordOrStrings
 
     /// Seconds are more than 0 and at most this.
-    static let maxSeconds = 86_400.0
+    static let maxSeconds = 86_400
 
     /// Whether a value of TOML type `type` is of this kind: of keys equally close to an unknown
     /// one, the value's type picks (`pinz = [...]` is `pins`, `pinz = "public-key"` is `pin`).
@@ -54,7 +54,7 @@ enum ConfigValue: Sendable {
         case .string, .nonEmptyString: "string"
         case .choice(let words): words.map { "\"\($0)\"" }.joined(separator: ", ")
         case .integer(let range): range.upperBound == Int.max ? "integer, at least \(range.lowerBound)" : "integer, \(range.lowerBound) to \(range.upperBound)"
-        case .seconds: "seconds, more than 0 and at most 86400"
+        case .seconds: "seconds, more than 0 and at most \(Self.maxSeconds)"
         case .date: "TOML date"
         case .ports: "list of integers"
         case .strings: "list of strings"

@@ -62,15 +62,7 @@ extension ConfigSource {
         let quote = UInt8(ascii: "\""), apostrophe = UInt8(ascii: "'"), newline = UInt8(ascii: "\n")
         let bracket = UInt8(ascii: "["), backslash = UInt8(ascii: "\\")
         func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-        func isKeyStart(_ byte: UInt8) -> Bool {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "]"), quote, apostrophe:
-                return true
-            default:
-                return false
-            }
-        }
+        func isKeyStart(_ byte: UInt8) -> Bool { isBareKeyByte(byte) || byte == UInt8(ascii: "]") || byte == quote || byte == apostrophe }
         func tripled(_ index: Int, _ byte: UInt8) -> Bool {
             index + 2 < bytes.count && bytes[index] == byte && bytes[index + 1] == byte && bytes[index + 2] == byte
         }
