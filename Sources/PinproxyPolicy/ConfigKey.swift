@@ -98,17 +98,13 @@ struct ConfigKey<Settings>: Sendable {
 }
 
 /// A key's declaration as the docs and the reference config show it.
-struct ConfigKeyDeclaration: Sendable, Equatable {
+struct ConfigKeyDeclaration: Sendable {
     let name: String
     let section: ConfigSection
     let value: ConfigValue
     let defaultValue: ConfigDefault
     let values: String
     let doc: String
-
-    static func == (a: Self, b: Self) -> Bool {
-        (a.name, a.section, a.defaultValue, a.values, a.doc) == (b.name, b.section, b.defaultValue, b.values, b.doc)
-    }
 }
 
 // MARK: Typed declarations

@@ -1,13 +1,13 @@
 import Foundation
 
 /// What loading needs from a config's text that TOMLKit does not give: the limits that keep
-/// text toml++ would abort or overflow its stack on from ever reaching it (`refusal`), and where
-/// each table header and key sits, so that problems found after parsing can name a line. It
-/// scans bytes, reading headers and key names but never values.
+/// text toml++ would abort or overflow its stack on from ever reaching it (`refusal`), U+0000,
+/// which it cannot see, and where each table header and key sits, so that problems found after
+/// parsing can name a line. It scans bytes, reading headers and key names but never values.
 ///
 /// The headers of top-level tables and of host entries are listed at once (every host entry
-/// needs its line, `hostKeys`); the line of every header and key is indexed
-/// only when a diagnostic first asks for one.
+/// needs its line, `hostKeys`); the line of every header and key is indexed only when a
+/// diagnostic first asks for one.
 final class ConfigSource: @unchecked Sendable {
     private let text: [UInt8]
     /// The top-level `[KEY]` headers, in file order.
@@ -28,32 +28,34 @@ final class ConfigSource: @unchecked Sendable {
 
     private static let separator = "\u{1F}"
 
-    /// Why `text` must not reach TOMLKit, and the line concerned; nil when it may. Checked in
-    /// this order: a character or bracket toml++ aborts on (`problemBeforeParsing`), nesting
-    /// deeper than `nestingLimit`, then U+0000.
+    /// The first line that holds U+0000, as a byte or as a `\u0000`, `\U00000000` or `\x00`
+    /// escape (a run of backslashes of odd length before it); nil when none does. TOMLKit hands
+    /// the text and every key to C, which ends a string there: whatever follows would be cut
+    /// off without a word. (Found beside parsing, which it does not disturb.)
+    let nulLine: Int?
+
+    static let nulMessage = "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it"
+
+    /// Why `text` must not reach TOMLKit, and the line concerned; nil when it may: a character
+    /// or bracket toml++ aborts on (`problemBeforeParsing`), then nesting deeper than
+    /// `nestingLimit`, which would overflow its stack.
     static func refusal(_ text: String) -> (line: Int, message: String)? {
         let bytes = Array(text.utf8)
-        // The nesting and U+0000 are checked on other cores meanwhile.
+        // The nesting is checked on another core meanwhile.
         let nesting = InBackground { firstTooDeep(bytes) }
-        let nul = InBackground { firstNULLine(bytes) }
-        defer {
+        if let problem = problemBeforeParsing(bytes) {
             _ = nesting.result()
-            _ = nul.result()
+            return problem
         }
-        if let problem = problemBeforeParsing(bytes) { return problem }
         if let (line, what) = nesting.result() {
             return (line, "\(what) nests deeper than \(nestingLimit) levels (tables, dotted key parts, inline tables and arrays count together); no pinproxy config needs more than 3")
-        }
-        // TOMLKit hands the text and every key to C, which ends a string at U+0000: whatever
-        // follows one would be cut off without a word.
-        if let line = nul.result() {
-            return (line, "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it")
         }
         return nil
     }
 
     init(_ source: String) {
         text = Array(source.utf8)
+        nulLine = Self.firstNULLine(text)
         var topLevel: [(key: String, line: Int)] = []
         var hosts: [(key: String, line: Int)] = []
         Self.scan(text, keys: false) { path, number in
@@ -201,9 +203,7 @@ final class ConfigSource: @unchecked Sendable {
         }
     }
 
-    /// The first line that holds U+0000, as a byte or as a `\u0000`, `\U00000000` or `\x00`
-    /// escape (a run of backslashes of odd length before it); nil when none does.
-    static func firstNULLine(_ text: [UInt8]) -> Int? {
+    private static func firstNULLine(_ text: [UInt8]) -> Int? {
         let backslash = UInt8(ascii: "\\")
         let escapes = ["u0000", "U00000000", "x00"].map { Array($0.utf8) }
         var found = text.firstIndex(of: 0) ?? text.count

@@ -222,6 +222,24 @@ final class ConfigSchemaTests: XCTestCase {
         return values
     }
 
+    /// Of keys equally near an unknown one, the hint names those whose declared value takes the
+    /// value written (`local` is a bool, `ports` an array).
+    func testAHintPrefersTheKeysThatTakeTheValuesType() {
+        func message(_ text: String) -> String? {
+            do {
+                _ = try ConfigLoader.load(text: text, path: "c.toml", directory: "/", now: evaluationTime)
+                return nil
+            } catch {
+                return error.diagnostics.first?.message
+            }
+        }
+        XCTAssertEqual(message("[capture]\nlocts = true\n"), "unknown key capture.locts (did you mean \"local\"?)")
+        XCTAssertEqual(message("[capture]\nlocts = [80]\n"), "unknown key capture.locts (did you mean \"ports\"?)")
+        XCTAssertEqual(message("[capture]\nlocts = \"x\"\n"), "unknown key capture.locts (did you mean \"ports\" or \"local\"?)")
+        XCTAssertEqual(message("[default]\npinz = []\n"), "unknown key default.pinz (did you mean \"pins\"?)")
+        XCTAssertEqual(message("[default]\npinz = \"none\"\n"), "unknown key default.pinz (did you mean \"pin\"?)")
+    }
+
     func testEveryKeyIsDeclaredOnceInItsSection() {
         for (section, keys) in [(ConfigSection.proxy, ConfigSchema.proxy.declarations), (.capture, ConfigSchema.capture.declarations),
                                 (.policy, ConfigSchema.policy.declarations), (.clients, ConfigSchema.clients.declarations)] {
