@@ -146,10 +146,11 @@ struct ConfigDecoder {
         var policy = RawPolicy(path: path, name: name, pattern: pattern)
         let keyCount = table.count
         var found = 0
-        for key in ConfigSchema.policy.keys where found < keyCount {
-            guard let value = table[key.name] else { continue }
+        let keys = ConfigSchema.policy
+        for (index, name) in keys.names.enumerated() where found < keyCount {
+            guard let value = table[name] else { continue }
             found += 1
-            key.decode(&self, value, path + [key.name], &policy)
+            keys.keys[index].decode(&self, value, path + [name], &policy)
         }
         if found < keyCount {
             for key in table.keys where ConfigSchema.policy[key] == nil {
@@ -168,7 +169,7 @@ struct ConfigDecoder {
     /// An unknown key, with the keys of its table nearest to it.
     mutating func unknownKey<Settings>(_ keyPath: [String], _ value: TOMLValueConvertible?, _ keys: ConfigKeys<Settings>) {
         let byName = Dictionary(uniqueKeysWithValues: keys.keys.map { ($0.name, $0.value) })
-        unknownKey(keyPath, value, known: keys.keys.map(\.name)) { byName[$0]?.takes($1) ?? false }
+        unknownKey(keyPath, value, known: keys.names) { byName[$0]?.takes($1) ?? false }
     }
 
     /// An unknown key, with the valid keys of its table nearest to it (at most 2 edits away):

@@ -167,10 +167,13 @@ extension ConfigKey {
 /// The keys of one table, in the order their hints and docs list them.
 struct ConfigKeys<Settings>: Sendable {
     let keys: [ConfigKey<Settings>]
+    /// The keys' names, to look a table's keys up by (without copying a declaration each time).
+    let names: [String]
     private let byName: [String: Int]
 
     init(_ keys: [ConfigKey<Settings>]) {
         self.keys = keys
+        names = keys.map(\.name)
         byName = Dictionary(uniqueKeysWithValues: keys.enumerated().map { ($0.element.name, $0.offset) })
     }
 
