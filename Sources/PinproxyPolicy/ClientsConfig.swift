@@ -67,8 +67,6 @@ struct RawClientSection: Sendable {
 }
 
 extension ConfigDecoder {
-    static let clientKeys = ["allow", "deny", "enforce"]
-
     /// Every `[clients."SELECTOR"]` section of `table`, in file order (`line` places a key).
     mutating func decodeClients(_ table: TOMLTable, line: (String) -> Int) -> [RawClientSection] {
         var sections: [RawClientSection] = []
@@ -87,21 +85,14 @@ extension ConfigDecoder {
                 continue
             }
             var raw = RawClientSection(key: key, line: line(key), selector: selector)
-            for (name, value) in section {
-                switch name {
-                case "allow": raw.allow = hostPatterns(value, keyPath + [name])
-                case "deny": raw.deny = hostPatterns(value, keyPath + [name]) ?? []
-                case "enforce": raw.enforce = bool(value, keyPath + [name]) ?? true
-                default: unknownKey(keyPath + [name], value, known: Self.clientKeys)
-                }
-            }
+            decode(section, keyPath, ConfigSchema.clients, into: &raw)
             sections.append(raw)
         }
         return sections
     }
 
     /// An array of host patterns (`api.example.com`, `*.example.com`, an IP literal).
-    private mutating func hostPatterns(_ value: TOMLValueConvertible, _ keyPath: [String]) -> [HostPattern]? {
+    mutating func hostPatterns(_ value: TOMLValueConvertible, _ keyPath: [String]) -> [HostPattern]? {
         guard let texts = strings(value, keyPath) else { return nil }
         var patterns: [HostPattern] = []
         for text in texts {

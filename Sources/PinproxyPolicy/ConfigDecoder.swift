@@ -2,53 +2,17 @@ import Foundation
 import PinproxyInterop
 import TOMLKit
 
-/// The first stage of loading: a parsed TOML document into Swift values — `[proxy]` and
-/// `[resolve]` settings, and each policy table as a `RawPolicy` with the key paths it was
-/// written at. Unknown keys, wrong types, words that are not one of the choices and malformed
-/// pins are reported here; no file is read and no rule across keys is checked.
+/// The first stage of loading: a parsed TOML document into Swift values — `[proxy]`,
+/// `[resolve]` and `[capture]` settings, and each policy table as a `RawPolicy` with the key
+/// paths it was written at. Every key is read through its declaration in `ConfigSchema`;
+/// unknown keys, wrong types, values out of range, words that are not one of the choices and
+/// malformed pins are reported here; no file is read and no rule across keys is checked.
 ///
 /// TOMLKit 0.6 leaks: every table it iterates copies its keys into memory it never frees, and a
-/// document is never freed. Keys are therefore looked up by name (a table is iterated only to
-/// name an unknown key), and `release(_:)` frees each document once loaded.
+/// document is never freed. A policy table's keys are therefore looked up by name (it is
+/// iterated only to name an unknown key), and `release(_:)` frees each document once loaded.
 struct ConfigDecoder {
     private(set) var findings: [Finding] = []
-
-    static let topLevelKeys = ["proxy", "resolve", "capture", "default", "hosts", "clients"]
-    static let proxyKeys = ["listen", "ca_dir", "allow_ports", "block_private_destinations", "metrics_listen",
-                            "transparent_listen",
-                            "log_format", "workers", "request_timeout", "dns_timeout", "connect_timeout",
-                            "handshake_timeout", "idle_timeout", "drain_timeout", "max_connections",
-                            "relay_buffer_bytes", "admin_timeout", "refusal", "pid_file", "report_to",
-                            "report_rate_limit", "report_file_max_bytes",
-                            "verify_command_timeout", "verify_command_cache", "verify_command_concurrency",
-                            "client_identity_timeout", "report_client_identity"]
-    static let policyKeys = ["action", "trust", "validate_host", "pin", "pins", "certificates", "enforce", "expires",
-                             "include_subdomains", "ports", "min_tls", "mode", "revocation", "crls",
-                             "require_web_pki_profile", "verify_command", "client_certificate", "client_key"]
-
-    /// Whether `key` takes a value of `type`: of keys equally close to an unknown one, the
-    /// value's type picks (`pinz = [...]` is `pins`, `pinz = "public-key"` is `pin`).
-    static func key(_ key: String, takes type: TOMLType) -> Bool {
-        switch key {
-        case "proxy", "resolve", "default", "hosts":
-            return type == .table
-        case "request_timeout", "dns_timeout", "connect_timeout", "handshake_timeout", "idle_timeout", "drain_timeout",
-             "admin_timeout", "verify_command_timeout":
-            return type == .int || type == .double
-        case "workers", "max_connections", "relay_buffer_bytes", "verify_command_cache", "verify_command_concurrency":
-            return type == .int
-        case "listen", "allow_ports", "report_to", "pins", "certificates", "ports", "crls", "verify_command":
-            return type == .array
-        case "block_private_destinations", "validate_host", "enforce", "include_subdomains", "require_web_pki_profile":
-            return type == .bool
-        case "trust":
-            return type == .string || type == .array
-        case "expires":
-            return type == .date
-        default:
-            return type == .string
-        }
-    }
 
     /// Parses `text` with TOMLKit; a syntax error becomes a diagnostic of `path`.
     static func parse(_ text: String, path: String) -> Result<TOMLTable, ConfigError> {
@@ -71,16 +35,14 @@ struct ConfigDecoder {
 
     // MARK: The document
 
-    static let captureKeys = ["ports", "local", "block_quic", "exempt_users"]
-
     /// The top-level tables: unknown ones reported, `[proxy]`, `[resolve]` and `[capture]` decoded.
     mutating func decodeTopLevel(_ document: TOMLTable) -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings) {
-        for key in document.keys where !Self.topLevelKeys.contains(key) {
-            unknownKey([key], document[key], known: Self.topLevelKeys)
+        for key in document.keys where !ConfigSchema.tables.contains(key) {
+            unknownKey([key], document[key], known: ConfigSchema.tables) { $1 == .table }
         }
         var proxy = ProxySettings()
         if let value = document["proxy"] {
-            if let table = value.table { decodeProxy(table, into: &proxy) } else { typeError(["proxy"], value, expected: "a table") }
+            if let table = value.table { decode(table, ["proxy"], ConfigSchema.proxy, into: &proxy) } else { typeError(["proxy"], value, expected: "a table") }
         }
         var resolve: [String: [IPAddress]] = [:]
         if let value = document["resolve"] {
@@ -88,7 +50,10 @@ struct ConfigDecoder {
         }
         var capture = CaptureSettings()
         if let value = document["capture"] {
-            if let table = value.table { decodeCapture(table, into: &capture) } else { typeError(["capture"], value, expected: "a table") }
+            if let table = value.table {
+                capture.isWritten = true
+                decode(table, ["capture"], ConfigSchema.capture, into: &capture)
+            } else { typeError(["capture"], value, expected: "a table") }
         }
         return (proxy, resolve, capture)
     }
@@ -103,106 +68,11 @@ struct ConfigDecoder {
         return table
     }
 
-    mutating func decodeProxy(_ table: TOMLTable, into proxy: inout ProxySettings) {
-        for (key, value) in table {
-            let keyPath = ["proxy", key]
-            switch key {
-            case "listen":
-                if let addresses = listenAddresses(value, keyPath, allowEmpty: false) { proxy.listen = addresses }
-            case "transparent_listen":
-                if let addresses = listenAddresses(value, keyPath, allowEmpty: true) { proxy.transparentListen = addresses }
-            case "ca_dir":
-                if let text = string(value, keyPath) {
-                    if text.isEmpty { error(keyPath, "proxy.ca_dir must not be empty") } else { proxy.caDirectory = text }
-                }
-            case "allow_ports":
-                if let ports = ports(value, keyPath) { proxy.allowPorts = ports }
-            case "block_private_destinations":
-                if let flag = bool(value, keyPath) { proxy.blockPrivateDestinations = flag }
-            case "metrics_listen":
-                guard let text = string(value, keyPath) else { continue }
-                if let address = ListenAddress(text) { proxy.metricsListen = address } else {
-                    error(keyPath, "proxy.metrics_listen: \"\(text)\" is not IP:PORT (for example \"127.0.0.1:9128\")")
-                }
-            case "log_format":
-                if let format = choice(value, keyPath, ProxySettings.LogFormat.self) { proxy.logFormat = format }
-            case "pid_file":
-                if let text = string(value, keyPath) {
-                    if text.isEmpty { error(keyPath, "proxy.pid_file must not be empty") } else { proxy.pidFile = text }
-                }
-            case "refusal":
-                if let delivery = choice(value, keyPath, ProxySettings.RefusalDelivery.self) { proxy.refusal = delivery }
-            case "workers":
-                if let count = integer(value, keyPath, in: 1...256) { proxy.workers = count }
-            case "max_connections":
-                if let count = integer(value, keyPath, in: 1...1_000_000) { proxy.maxConnections = count }
-            case "relay_buffer_bytes":
-                if let count = integer(value, keyPath, in: 4_096...(64 << 20)) { proxy.relayBufferBytes = count }
-            case "request_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.requestTimeout = seconds }
-            case "dns_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.dnsTimeout = seconds }
-            case "connect_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.connectTimeout = seconds }
-            case "handshake_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.handshakeTimeout = seconds }
-            case "idle_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.idleTimeout = seconds }
-            case "drain_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.drainTimeout = seconds }
-            case "admin_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.adminTimeout = seconds }
-            case "report_to":
-                guard let texts = strings(value, keyPath) else { continue }
-                var destinations: [ReportDestination] = []
-                for text in texts {
-                    if let destination = ReportDestination(text, relativeTo: "") { destinations.append(destination) } else {
-                        error(keyPath, element: text, "proxy.report_to: \"\(text)\" is neither \"file:PATH\" nor an https:// URL")
-                    }
-                }
-                proxy.reportTo = destinations
-            case "report_rate_limit":
-                if let count = integer(value, keyPath, in: 1...Int.max) { proxy.reportRateLimit = count }
-            case "report_file_max_bytes":
-                if let count = integer(value, keyPath, in: 1...Int.max) { proxy.reportFileMaxBytes = count }
-            case "verify_command_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.verifyCommandTimeout = seconds }
-            case "verify_command_cache":
-                if let count = integer(value, keyPath, in: 0...86_400) { proxy.verifyCommandCache = TimeInterval(count) }
-            case "verify_command_concurrency":
-                if let count = integer(value, keyPath, in: 1...64) { proxy.verifyCommandConcurrency = count }
-            case "client_identity_timeout":
-                if let seconds = seconds(value, keyPath) { proxy.clientIdentityTimeout = seconds }
-            case "report_client_identity":
-                if let flag = bool(value, keyPath) { proxy.reportClientIdentity = flag }
-            default:
-                unknownKey(keyPath, value, known: Self.proxyKeys)
-            }
-        }
-    }
-
-    /// `[capture]`: the egress lock's settings.
-    mutating func decodeCapture(_ table: TOMLTable, into capture: inout CaptureSettings) {
-        capture.isWritten = true
-        for (key, value) in table {
-            let keyPath = ["capture", key]
-            switch key {
-            case "ports":
-                // Empty is allowed: nothing is captured.
-                if value.array?.isEmpty == true { capture.ports = [] } else if let ports = ports(value, keyPath) { capture.ports = ports.sorted() }
-            case "local":
-                if let flag = bool(value, keyPath) { capture.local = flag }
-            case "block_quic":
-                if let flag = bool(value, keyPath) { capture.blockQUIC = flag }
-            case "exempt_users":
-                guard let names = strings(value, keyPath) else { continue }
-                for name in names where !Self.isUserName(name) {
-                    error(keyPath, element: name, "capture.exempt_users: \"\(name)\" is not a user name (letters, digits, \"_\", \"-\" and \".\", not starting with \"-\")")
-                }
-                capture.exemptUsers = names
-            default:
-                unknownKey(keyPath, value, known: Self.captureKeys)
-            }
+    /// Every key of `table` (written at `path`) through its declaration in `keys`, in the
+    /// table's order; a key not declared is unknown.
+    mutating func decode<Settings>(_ table: TOMLTable, _ path: [String], _ keys: ConfigKeys<Settings>, into settings: inout Settings) {
+        for (name, value) in table {
+            if let key = keys[name] { key.decode(&self, value, path + [name], &settings) } else { unknownKey(path + [name], value, keys) }
         }
     }
 
@@ -276,97 +146,15 @@ struct ConfigDecoder {
         var policy = RawPolicy(path: path, name: name, pattern: pattern)
         let keyCount = table.count
         var found = 0
-        for key in Self.policyKeys where found < keyCount {
-            guard let value = table[key] else { continue }
+        let keys = ConfigSchema.policy
+        for (index, name) in keys.names.enumerated() where found < keyCount {
+            guard let value = table[name] else { continue }
             found += 1
-            var keyPath: [String] { path + [key] }
-            switch key {
-            case "action":
-                if let action = choice(value, keyPath, HostPolicy.Action.self) { policy.action = action }
-            case "trust":
-                if let word = value.string {
-                    switch word {
-                    case "system": policy.trust = .system
-                    case "pinned": policy.trust = .pinned
-                    case "none": policy.trust = .none
-                    default: error(keyPath, "\(displayKeyPath(keyPath)) = \"\(word)\" is not \"system\", \"pinned\", \"none\" or a list of certificate files")
-                    }
-                } else if value.array != nil {
-                    // "system" in the list: the OS store as well as the listed files.
-                    if let files = strings(value, keyPath, allowEmpty: false) {
-                        let listed = files.filter { $0 != "system" }
-                        policy.trust = listed.isEmpty ? .system : .listed(listed, includingSystem: listed.count < files.count)
-                    }
-                } else {
-                    typeError(keyPath, value, expected: "\"system\", \"pinned\", \"none\" or an array of certificate files")
-                }
-            case "validate_host":
-                if let flag = bool(value, keyPath) { policy.validateHost = flag }
-            case "pin":
-                if let kind = choice(value, keyPath, HostPolicy.PinKind.self) { policy.pinKind = kind }
-            case "pins":
-                guard let texts = strings(value, keyPath) else { continue }
-                for text in texts {
-                    if let pin = Pin(text) {
-                        policy.pins.append(pin)
-                        continue
-                    }
-                    error(keyPath, element: text, "malformed pin \"\(text)\": a pin is \"sha256/\" followed by the 44-character padded base64 of a 32-byte SHA-256 digest (see `pinproxy pin FILE`)")
-                }
-            case "certificates":
-                if let files = strings(value, keyPath) { policy.certificateFiles = files }
-            case "enforce":
-                if let flag = bool(value, keyPath) { policy.enforce = flag }
-            case "require_web_pki_profile":
-                if let flag = bool(value, keyPath) { policy.requireWebPKIProfile = flag }
-            case "verify_command":
-                if let command = strings(value, keyPath, allowEmpty: false) {
-                    if command[0].isEmpty { error(keyPath, "\(policy.name): verify_command starts with the executable's path, not an empty string") } else { policy.verifyCommand = command }
-                }
-            case "expires":
-                guard let date = value.date else {
-                    typeError(keyPath, value, expected: "a date such as 2027-01-31")
-                    continue
-                }
-                var components = DateComponents()
-                (components.year, components.month, components.day) = (date.year, date.month, date.day + 1)
-                var calendar = Calendar(identifier: .gregorian)
-                calendar.timeZone = .gmt
-                guard let end = calendar.date(from: components) else {
-                    typeError(keyPath, value, expected: "a date such as 2027-01-31")
-                    continue
-                }
-                policy.expires = (String(format: "%04d-%02d-%02d", date.year, date.month, date.day), end)
-            case "include_subdomains":
-                if let flag = bool(value, keyPath) { policy.includeSubdomains = flag }
-            case "ports":
-                if let ports = ports(value, keyPath) { policy.ports = ports }
-            case "min_tls":
-                if let version = choice(value, keyPath, HostPolicy.TLSVersion.self) { policy.minTLS = version }
-            case "mode":
-                if let mode = choice(value, keyPath, HostPolicy.Mode.self) { policy.mode = mode }
-            case "client_certificate":
-                if let file = nonEmptyString(value, keyPath) { policy.clientCertificateFile = file }
-            case "client_key":
-                if let file = nonEmptyString(value, keyPath) { policy.clientKeyFile = file }
-            case "revocation":
-                if let text = string(value, keyPath) {
-                    switch text {
-                    case "off": policy.revocation = .off
-                    case "crl": policy.revocation = .crl
-                    case "ocsp-staple": policy.revocation = .ocspStaple
-                    default: error(keyPath, "\(displayKeyPath(keyPath)) = \"\(text)\" is not one of \"off\", \"crl\", \"ocsp-staple\"")
-                    }
-                }
-            case "crls":
-                if let files = strings(value, keyPath) { policy.crlFiles = files }
-            default:
-                error(keyPath, "\(displayKeyPath(keyPath)) is not read by this pinproxy")
-            }
+            keys.keys[index].decode(&self, value, path + [name], &policy)
         }
         if found < keyCount {
-            for key in table.keys where !Self.policyKeys.contains(key) {
-                unknownKey(path + [key], table[key], known: Self.policyKeys)
+            for key in table.keys where ConfigSchema.policy[key] == nil {
+                unknownKey(path + [key], table[key], ConfigSchema.policy)
             }
         }
         return (policy, findings.count == findingsBefore)
@@ -378,15 +166,21 @@ struct ConfigDecoder {
         findings.append(.error(keyPath, element: element, message))
     }
 
+    /// An unknown key, with the keys of its table nearest to it.
+    mutating func unknownKey<Settings>(_ keyPath: [String], _ value: TOMLValueConvertible?, _ keys: ConfigKeys<Settings>) {
+        let byName = Dictionary(uniqueKeysWithValues: keys.keys.map { ($0.name, $0.value) })
+        unknownKey(keyPath, value, known: keys.names) { byName[$0]?.takes($1) ?? false }
+    }
+
     /// An unknown key, with the valid keys of its table nearest to it (at most 2 edits away):
     /// of equally near ones, those that take `value`'s type, else all of them.
-    mutating func unknownKey(_ keyPath: [String], _ value: TOMLValueConvertible?, known: [String]) {
+    mutating func unknownKey(_ keyPath: [String], _ value: TOMLValueConvertible?, known: [String], takes: (String, TOMLType) -> Bool) {
         let key = keyPath.last ?? ""
         var message = "unknown key \(displayKeyPath(keyPath))"
         let distances = known.map { (key: $0, distance: editDistance($0, key)) }
         if let nearest = distances.map(\.distance).min(), nearest <= 2 {
             var candidates = distances.filter { $0.distance == nearest }.map(\.key)
-            let typed = candidates.filter { candidate in value.map { Self.key(candidate, takes: $0.type) } ?? false }
+            let typed = candidates.filter { candidate in value.map { takes(candidate, $0.type) } ?? false }
             if !typed.isEmpty { candidates = typed }
             message += " (did you mean " + candidates.map { "\"\($0)\"" }.joined(separator: " or ") + "?)"
         }
@@ -425,8 +219,8 @@ struct ConfigDecoder {
             typeError(keyPath, value, expected: "a number of seconds")
             return nil
         }
-        guard number > 0, number <= 86_400 else {
-            error(keyPath, "\(displayKeyPath(keyPath)) must be more than 0 and at most 86400 seconds")
+        guard number > 0, number <= Double(ConfigValue.maxSeconds) else {
+            error(keyPath, "\(displayKeyPath(keyPath)) must be more than 0 and at most \(ConfigValue.maxSeconds) seconds")
             return nil
         }
         return number

@@ -7,7 +7,7 @@ import TOMLKit
 /// `FILE:LINE`. `pinproxy check`, `evaluate` and the daemon (at start and on reload) all load
 /// through here.
 ///
-/// Loading runs in stages, each in its own file: the text is bounded (`NestingCheck`) and
+/// Loading runs in stages, each in its own file: the text is bounded (`ConfigSource`) and
 /// parsed, `ConfigDecoder` turns the document into `RawPolicy` values with their key paths,
 /// `ConfigRules` checks each one (pure), and `PolicyFiles` reads the files it names and builds
 /// its `HostPolicy`. Host entries go through the stages on every core, in slices.
@@ -59,24 +59,13 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
-        // toml++ recurses as deep as the text nests: a deep text must never reach it. Checked on
-        // another core meanwhile, and reported after the problems below.
-        let nesting = InBackground { NestingCheck.firstTooDeep(Array(text.utf8)) }
-        // toml++ aborts on some invalid input rather than reporting it: refused first.
-        if let problem = ConfigText.problemBeforeParsing(text) {
-            _ = nesting.result()
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: problem.line, severity: .error, message: problem.message)])
+        // Text toml++ would abort or overflow its stack on never reaches it.
+        if let (line, message) = ConfigSource.refusal(text) {
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error, message: message)])
         }
-        if let (line, what) = nesting.result() {
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error,
-                                                       message: "\(what) nests deeper than \(NestingCheck.limit) levels (tables, dotted key parts, inline tables and arrays count together); no pinproxy config needs more than 3")])
-        }
-        // While TOMLKit parses, other cores build the line index, work out what the host keys
-        // alone tell, and read the system trust store.
-        let indexing = InBackground { () -> (SourceIndex, HostKeys) in
-            let index = SourceIndex(text)
-            return (index, HostKeys(index.tables(under: "hosts")))
-        }
+        // While TOMLKit parses, other cores find where each table and key is written (what the
+        // host keys alone tell, and any U+0000), and read the system trust store.
+        let indexing = InBackground { ConfigSource(text) }
         let systemStore = InBackground { Result<TrustStore, Error> { try TrustStore.system() } }
         let publicSuffixes = InBackground { Result { () throws(PublicSuffixListError) in try PublicSuffixList.loadSystem() } }
         // Nothing is left running on return: the process may exit right after, and OpenSSL's
@@ -90,13 +79,10 @@ public enum ConfigLoader {
         // document's nodes, freed later on another core (`ConfigDecoder.release`), then never
         // contend for the arena this thread allocates from (90 ms of 0.8 s at 100,000 entries).
         let parsing = InBackground { ConfigDecoder.parse(text, path: path) }.result()
-        let (index, writtenHosts) = indexing.result()
-        // TOMLKit hands the text and every key to C, which ends a string at U+0000: whatever
-        // follows one would be cut off without a word.
-        if let line = index.nulLine {
+        let source = indexing.result()
+        if let line = source.nulLine {
             if case .success(let document) = parsing { ConfigDecoder.release(document) }
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error,
-                                                       message: "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it")])
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error, message: ConfigSource.nulMessage)])
         }
         let document: TOMLTable
         switch parsing {
@@ -104,8 +90,8 @@ public enum ConfigLoader {
         case .failure(let error): throw error
         }
         defer { ConfigDecoder.release(document) }
-        var load = Load(index: index, files: PolicyFiles(directory: directory, now: now, systemStore: { systemStore.result() }))
-        let config = load.config(document, path: path, writtenHosts: writtenHosts)
+        var load = Load(source: source, files: PolicyFiles(directory: directory, now: now, systemStore: { systemStore.result() }))
+        let config = load.config(document, path: path)
         let diagnostics = load.findings.map { load.diagnostic($0, path: path) }
         guard let config, !load.findings.hasErrors else {
             throw ConfigError(diagnostics: diagnostics.filter { $0.severity == .error }.sorted { $0.line < $1.line })
@@ -125,7 +111,7 @@ public enum ConfigLoader {
 
 /// One load: runs the stages over a parsed document and collects every finding.
 private struct Load {
-    let index: SourceIndex
+    let source: ConfigSource
     var files: PolicyFiles
     var findings: [Finding] = []
 
@@ -133,7 +119,7 @@ private struct Load {
     static let entriesPerSlice = 2_000
 
     /// The config; nil when a finding is an error.
-    mutating func config(_ document: TOMLTable, path: String, writtenHosts: HostKeys)
+    mutating func config(_ document: TOMLTable, path: String)
         -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings, policies: PolicyTable, clients: ClientRules)? {
         var decoder = ConfigDecoder()
         let decoded = decoder.decodeTopLevel(document)
@@ -161,7 +147,7 @@ private struct Load {
             findings += found
         } else if let table = decoder.table("default", in: document) {
             let (raw, decoded) = decoder.decodePolicy(table, ["default"], name: "default", pattern: nil)
-            defaultEntry = Self.entry(raw, decoded: decoded, line: index.line(ofTable: "default"), proxy: proxy, files: &files, into: &findings)
+            defaultEntry = Self.entry(raw, decoded: decoded, line: source.line(ofTable: "default"), proxy: proxy, files: &files, into: &findings)
         }
         findings = decoder.findings + findings
 
@@ -169,7 +155,7 @@ private struct Load {
         if document["hosts"] != nil {
             var hostsDecoder = ConfigDecoder()
             if let table = hostsDecoder.table("hosts", in: document) {
-                hosts = decodeHosts(table, writtenHosts: writtenHosts, proxy: proxy)
+                hosts = decodeHosts(table, proxy: proxy)
             }
             findings += hostsDecoder.findings
         }
@@ -178,7 +164,7 @@ private struct Load {
         if document["clients"] != nil {
             var clientsDecoder = ConfigDecoder()
             if let table = clientsDecoder.table("clients", in: document) {
-                let raw = clientsDecoder.decodeClients(table) { [index] key in index.line(of: ["clients", key]) }
+                let raw = clientsDecoder.decodeClients(table) { [source] key in source.line(of: ["clients", key]) }
                 let (rules, found) = ClientRulesCheck.rules(raw)
                 clients = rules
                 findings += found
@@ -226,17 +212,17 @@ private struct Load {
     }
 
     /// The host entries that load without error, in file order, and their table positions.
-    /// Usually every entry has its own `[hosts."…"]` header and the keys come from the index,
+    /// Usually every entry has its own `[hosts."…"]` header and the keys come from the source scan,
     /// worked out already; entries written otherwise (inline tables, dotted keys) send the
     /// loader to TOMLKit's keys, sorted by line.
-    mutating func decodeHosts(_ table: TOMLTable, writtenHosts: HostKeys, proxy: ProxySettings)
+    mutating func decodeHosts(_ table: TOMLTable, proxy: ProxySettings)
         -> (entries: [PolicyEntry], positions: PolicyTable.Positions?) {
-        var hosts = writtenHosts
+        var hosts = source.hostKeys
         var entries: [PolicyEntry]?
         // The same number of distinct keys, each found in the table: the same keys.
         if hosts.distinct && hosts.keys.count == table.count { entries = hostEntries(hosts.keys, in: table, proxy: proxy) }
         if entries == nil {
-            hosts = HostKeys(table.keys.map { (key: $0, line: index.line(of: ["hosts", $0])) }.sorted { ($0.line, $0.key) < ($1.line, $1.key) })
+            hosts = HostKeys(table.keys.map { (key: $0, line: source.line(of: ["hosts", $0])) }.sorted { ($0.line, $0.key) < ($1.line, $1.key) })
             entries = hostEntries(hosts.keys, in: table, proxy: proxy)
             if entries == nil { findings.append(.error(["hosts"], "hosts: TOMLKit lists a key it cannot look up")) }
         }
@@ -298,7 +284,7 @@ private struct Load {
 
     /// `finding` placed on its line of `path`.
     func diagnostic(_ finding: Finding, path: String) -> Diagnostic {
-        let line = finding.element.map { index.line(of: finding.keyPath, containing: "\"\($0)\"") } ?? index.line(of: finding.keyPath)
+        let line = finding.element.map { source.line(of: finding.keyPath, containing: "\"\($0)\"") } ?? source.line(of: finding.keyPath)
         return Diagnostic(file: path, line: line, severity: finding.severity, message: finding.message)
     }
 }

@@ -190,6 +190,7 @@ trust = "system"
 #
 # [clients."unit:backup.service"]
 # allow = ["backup.example.com", "*.s3.amazonaws.com"]
+# deny = ["public.s3.amazonaws.com"]  # deny wins over allow
 #
 # [clients."user:www-data"]
 # allow = []                      # nothing

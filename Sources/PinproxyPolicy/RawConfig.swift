@@ -21,8 +21,9 @@ struct RawPolicy: Sendable {
     }
 
     /// `revocation` as written (the CRLs come from `crlFiles`).
-    enum Revocation: Sendable, Equatable {
-        case off, crl, ocspStaple
+    enum Revocation: String, Sendable, Equatable, CaseIterable {
+        case off, crl
+        case ocspStaple = "ocsp-staple"
     }
 
     /// `["default"]` or `["hosts", KEY]`: where the entry is written.
@@ -104,7 +105,7 @@ func displayKeyPath(_ keyPath: [String]) -> String {
     var result = ""
     for key in keyPath {
         if !result.isEmpty { result += "." }
-        if !key.isEmpty && key.utf8.allSatisfy(SourceIndex.isBareKeyByte) {
+        if !key.isEmpty && key.utf8.allSatisfy(ConfigSource.isBareKeyByte) {
             result += key
         } else {
             result += "\"" + key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""

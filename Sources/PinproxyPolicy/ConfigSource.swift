@@ -1,14 +1,19 @@
 import Foundation
 
-/// Where each table header and key sits in a TOML text, so that semantic errors found after
-/// TOMLKit has parsed the document can name a line. It reads only headers and key names,
-/// never values, and scans bytes. The headers of top-level tables and of the tables one level
-/// below them are listed at once (every host entry needs its line); the line of every header
-/// and key is indexed only when a diagnostic first asks for one.
-final class SourceIndex: @unchecked Sendable {
+/// What loading needs from a config's text that TOMLKit does not give: the limits that keep
+/// text toml++ would abort or overflow its stack on from ever reaching it (`refusal`), U+0000,
+/// which it cannot see, and where each table header and key sits, so that problems found after
+/// parsing can name a line. It scans bytes, reading headers and key names but never values.
+///
+/// The headers of top-level tables and of host entries are listed at once (every host entry
+/// needs its line, `hostKeys`); the line of every header and key is indexed only when a
+/// diagnostic first asks for one.
+final class ConfigSource: @unchecked Sendable {
     private let text: [UInt8]
-    /// `[PARENT.KEY]` headers by PARENT ("" for top-level `[KEY]` headers), in file order.
-    private let written: [String: [(key: String, line: Int)]]
+    /// The top-level `[KEY]` headers, in file order.
+    private let topLevel: [(key: String, line: Int)]
+    /// The `[hosts."…"]` tables written with their own header.
+    let hostKeys: HostKeys
     /// Every header and key line, built on first use (by whichever thread asks first).
     private var builtLines: Lines?
     private let linesLock = NSLock()
@@ -24,33 +29,47 @@ final class SourceIndex: @unchecked Sendable {
     private static let separator = "\u{1F}"
 
     /// The first line that holds U+0000, as a byte or as a `\u0000`, `\U00000000` or `\x00`
-    /// escape (a run of backslashes of odd length before it); nil when none does.
+    /// escape (a run of backslashes of odd length before it); nil when none does. TOMLKit hands
+    /// the text and every key to C, which ends a string there: whatever follows would be cut
+    /// off without a word. (Found beside parsing, which it does not disturb.)
     let nulLine: Int?
+
+    static let nulMessage = "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it"
+
+    /// Why `text` must not reach TOMLKit, and the line concerned; nil when it may: a character
+    /// or bracket toml++ aborts on (`problemBeforeParsing`), then nesting deeper than
+    /// `nestingLimit`, which would overflow its stack.
+    static func refusal(_ text: String) -> (line: Int, message: String)? {
+        let bytes = Array(text.utf8)
+        // The nesting is checked on another core meanwhile.
+        let nesting = InBackground { firstTooDeep(bytes) }
+        if let problem = problemBeforeParsing(bytes) {
+            _ = nesting.result()
+            return problem
+        }
+        if let (line, what) = nesting.result() {
+            return (line, "\(what) nests deeper than \(nestingLimit) levels (tables, dotted key parts, inline tables and arrays count together); no pinproxy config needs more than 3")
+        }
+        return nil
+    }
 
     init(_ source: String) {
         text = Array(source.utf8)
         nulLine = Self.firstNULLine(text)
-        var written: [String: [(key: String, line: Int)]] = [:]
+        var topLevel: [(key: String, line: Int)] = []
+        var hosts: [(key: String, line: Int)] = []
         Self.scan(text, keys: false) { path, number in
-            switch path.count {
-            case 1: written["", default: []].append((path[0], number))
-            case 2: written[path[0], default: []].append((path[1], number))
-            default: break
-            }
+            if path.count == 1 { topLevel.append((path[0], number)) }
+            if path.count == 2 && path[0] == "hosts" { hosts.append((path[1], number)) }
         }
-        self.written = written
-    }
-
-    /// The tables written with their own `[PARENT.KEY]` header, in file order, each with the
-    /// line of its header.
-    func tables(under parent: String) -> [(key: String, line: Int)] {
-        written[parent] ?? []
+        self.topLevel = topLevel
+        hostKeys = HostKeys(hosts)
     }
 
     /// The line of the top-level table `name`: its `[name]` header when it has one, else as
     /// `line(of:)` finds it.
     func line(ofTable name: String) -> Int {
-        written[""]?.first { $0.key == name }?.line ?? line(of: [name])
+        topLevel.first { $0.key == name }?.line ?? line(of: [name])
     }
 
     /// The line of a header or key; for a path never written itself (an implicit table), the
@@ -93,12 +112,12 @@ final class SourceIndex: @unchecked Sendable {
 
         init(_ text: [UInt8]) {
             for (offset, byte) in text.enumerated() where byte == 0x0A { starts.append(offset + 1) }
-            SourceIndex.scan(text, keys: true) { path, number in
+            ConfigSource.scan(text, keys: true) { path, number in
                 var key = ""
                 for (depth, component) in path.enumerated() {
                     if depth > 0 {
                         if firstBelow[key] == nil { firstBelow[key] = number }
-                        key += SourceIndex.separator
+                        key += ConfigSource.separator
                     }
                     key += component
                 }

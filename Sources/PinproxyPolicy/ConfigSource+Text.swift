@@ -5,12 +5,12 @@
 /// - a table header whose first key does not start with a key character or a quote (`[=]`,
 ///   `[é]`, a `[` that ends its line);
 /// - a `}` where an array expects a value (`[}]`, `[1, }]`).
-/// U+0000 is left to `SourceIndex.nulLine`, which also finds it as an escape.
+/// U+0000 is left to `firstNULLine`, which also finds it as an escape.
 /// A string without its closing quote is found here too, and named as such at its line (toml++
 /// reads on into the next line and reports a control character or whatever follows).
-enum ConfigText {
+extension ConfigSource {
     /// What the bracket scan can find.
-    enum Problem: Equatable {
+    enum TextProblem: Equatable {
         case headerWithoutKey
         case braceInArray
         /// A one-line string whose closing quote is not on its line.
@@ -31,8 +31,7 @@ enum ConfigText {
     }
 
     /// The first such problem: its 1-based line and a message; nil when there is none.
-    static func problemBeforeParsing(_ text: String) -> (line: Int, message: String)? {
-        let bytes = Array(text.utf8)
+    static func problemBeforeParsing(_ bytes: [UInt8]) -> (line: Int, message: String)? {
         if let (line, byte) = firstControlCharacter(bytes) {
             let hex = String(byte, radix: 16, uppercase: true)
             return (line, "the config holds the control character U+\(String(repeating: "0", count: 4 - hex.count) + hex): TOML allows none but tab and line breaks (in a string, write an escape)")
@@ -59,19 +58,11 @@ enum ConfigText {
     /// The line of the first `[` or `[[` at the start of a line (outside multi-line strings)
     /// that is not followed, after blanks, by a key character, a quote or `]`, of the first `}`
     /// right after an array's `[` or `,`, or of the first string left open, whichever comes first.
-    static func firstBracketProblem(_ bytes: [UInt8]) -> (line: Int, problem: Problem)? {
+    static func firstBracketProblem(_ bytes: [UInt8]) -> (line: Int, problem: TextProblem)? {
         let quote = UInt8(ascii: "\""), apostrophe = UInt8(ascii: "'"), newline = UInt8(ascii: "\n")
         let bracket = UInt8(ascii: "["), backslash = UInt8(ascii: "\\")
         func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-        func isKeyStart(_ byte: UInt8) -> Bool {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "]"), quote, apostrophe:
-                return true
-            default:
-                return false
-            }
-        }
+        func isKeyStart(_ byte: UInt8) -> Bool { isBareKeyByte(byte) || byte == UInt8(ascii: "]") || byte == quote || byte == apostrophe }
         func tripled(_ index: Int, _ byte: UInt8) -> Bool {
             index + 2 < bytes.count && bytes[index] == byte && bytes[index + 1] == byte && bytes[index + 2] == byte
         }
