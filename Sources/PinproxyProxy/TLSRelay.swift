@@ -1,45 +1,4 @@
-import Glibc
-import COpenSSL
-import CLibevent
-import CPinproxyShims
-
-/// A TLS connection whose handshake is done, taken out of its buffer event for `TLSRelay`:
-/// the socket, the SSL, and what libevent had already read or not yet sent.
-public final class TLSEndpoint {
-    let socket: Int32
-    let ssl: OpaquePointer
-    /// Application data already decrypted (waiting in the buffer event's input).
-    let plaintext: [UInt8]
-    /// Encrypted bytes read from the socket that the SSL has not seen yet (a TLS filter's
-    /// underlying input); the SSL reads them before the socket.
-    let encryptedInput: [UInt8]
-    /// Encrypted bytes not yet sent (a TLS filter's underlying output: a session ticket);
-    /// they go out before anything else.
-    let encryptedOutput: [UInt8]
-    /// Whether this end owns a session slot in the SSL's app data (upstream connections).
-    let holdsSessionSlot: Bool
-    private var owned = true
-
-    init(socket: Int32, ssl: OpaquePointer, plaintext: [UInt8], encryptedInput: [UInt8], encryptedOutput: [UInt8], holdsSessionSlot: Bool) {
-        self.socket = socket
-        self.ssl = ssl
-        self.plaintext = plaintext
-        self.encryptedInput = encryptedInput
-        self.encryptedOutput = encryptedOutput
-        self.holdsSessionSlot = holdsSessionSlot
-    }
-
-    /// The relay has taken the SSL and the socket.
-    func handOver() { owned = false }
-
-    deinit {
-        // Never handed to a relay (the tunnel closed first): freed here.
-        guard owned else { return }
-        if holdsSessionSlot { releaseSessionSlot(ssl) }
-        SSL_free(ssl)
-        closeSocket(socket)
-    }
-}
+import PinproxyInterop
 
 /// The relay of an open tunnel: pinproxy moves application data between the client's TLS
 /// connection and the upstream's itself, with one libevent event per socket and direction.
@@ -82,55 +41,14 @@ public final class TLSRelay {
         case renegotiationAttempted
     }
 
-    /// A libevent event of the relay and whether it is registered.
-    private struct RegisteredEvent {
-        var event: OpaquePointer?
-        private(set) var isAdded = false
-
-        mutating func set(_ added: Bool) {
-            guard added != isAdded, let event else { return }
-            isAdded = added
-            if added { event_add(event, nil) } else { event_del(event) }
-        }
-
-        mutating func free() {
-            if let event { event_free(event) }
-            event = nil
-            isAdded = false
-        }
-    }
-
-    /// One TLS connection of the tunnel.
-    private final class Side {
-        let socket: Int32
-        let ssl: OpaquePointer
-        let holdsSessionSlot: Bool
-        // Only the relay's own callbacks on the loop's thread touch these, and no access
-        // overlaps another: no run-time exclusivity checks on the hot path.
-        @exclusivity(unchecked) var read = RegisteredEvent()
-        @exclusivity(unchecked) var write = RegisteredEvent()
-        /// Encrypted bytes that must reach the socket before anything the SSL writes.
-        var rawOutput: [UInt8]
-        var rawOutputOffset = 0
-
-        init(_ endpoint: TLSEndpoint) {
-            socket = endpoint.socket
-            ssl = endpoint.ssl
-            holdsSessionSlot = endpoint.holdsSessionSlot
-            rawOutput = endpoint.encryptedOutput
-        }
-    }
-
     private let loop: EventLoop
-    private let client: Side
-    private let upstream: Side
+    private let client: TLSEndpoint
+    private let upstream: TLSEndpoint
     /// Each direction's state (`RelayFlow`), up then down. Its transition function calls
     /// nothing back, so no access overlaps another: no run-time exclusivity checks.
     @exclusivity(unchecked) private var flows: [RelayFlow]
     /// The most plaintext one direction reads before its sink has taken it.
     private let readLimit: Int
-    /// Set by the upstream's message callback when a HelloRequest arrives.
-    private var renegotiationRequested = false
     public var isClosed: Bool {
         if case .closed = flows[0].state { true } else { false }
     }
@@ -147,60 +65,24 @@ public final class TLSRelay {
     /// owner has set `onEvent`.
     public init(loop: EventLoop, client: TLSEndpoint, upstream: TLSEndpoint, readLimit: Int) {
         self.loop = loop
-        self.client = Side(client)
-        self.upstream = Side(upstream)
+        self.client = client
+        self.upstream = upstream
         self.readLimit = max(1, min(readLimit, EventLoop.relayScratchBytes))
-        flows = [client, upstream].map { RelayFlow(buffered: $0.plaintext, input: $0.encryptedInput.isEmpty ? .socket : .buffered) }
-        client.handOver()
-        upstream.handOver()
-        for (side, endpoint) in [(self.client, client), (self.upstream, upstream)] {
-            let ssl = side.ssl
-            _ = SSL_ctrl(ssl, SSL_CTRL_MODE, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
-            SSL_set_read_ahead(ssl, 1)
-            SSL_set_default_read_buffer_len(ssl, Self.readBufferBytes)
-            // The SSL reads from and writes to the socket itself from now on (a TLS filter's
-            // SSL still has BIOs over libevent's buffers; SSL_set_bio frees them).
-            let socketBIO = BIO_new_socket(side.socket, BIO_NOCLOSE)
-            if endpoint.encryptedInput.isEmpty {
-                SSL_set_bio(ssl, socketBIO, socketBIO)
-            } else {
-                let memory = BIO_new(BIO_s_mem())
-                _ = endpoint.encryptedInput.withUnsafeBytes { BIO_write(memory, $0.baseAddress, Int32($0.count)) }
-                _ = BIO_ctrl(memory, BIO_C_SET_BUF_MEM_EOF_RETURN, -1, nil)  // once empty: "retry", not EOF
-                SSL_set_bio(ssl, memory, socketBIO)
-            }
+        flows = [client, upstream].map { RelayFlow(buffered: $0.takePlaintext(), input: $0.hasBufferedInput ? .buffered : .socket) }
+        for endpoint in [client, upstream] {
+            endpoint.startRelaying(readBufferBytes: Self.readBufferBytes)
         }
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        // C callbacks capture nothing: each event has its own, which names its side.
-        self.client.read.event = event_new(loop.base, self.client.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
-            guard let context else { return }
-            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().readable(.up)
-        }, context)
-        self.upstream.read.event = event_new(loop.base, self.upstream.socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
-            guard let context else { return }
-            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().readable(.down)
-        }, context)
-        self.client.write.event = event_new(loop.base, self.client.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
-            guard let context else { return }
-            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().writable(sinkOf: .down)
-        }, context)
-        self.upstream.write.event = event_new(loop.base, self.upstream.socket, Int16(EV_WRITE | EV_PERSIST), { _, _, context in
-            guard let context else { return }
-            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().writable(sinkOf: .up)
-        }, context)
-        // A HelloRequest from the upstream is refused by OpenSSL (SSL_OP_NO_RENEGOTIATION);
-        // this notices it, so that nothing the upstream sends after it is relayed.
-        SSL_set_msg_callback(self.upstream.ssl) { isWrite, _, contentType, message, length, _, context in
-            guard isWrite == 0, contentType == SSL3_RT_HANDSHAKE, length >= 1, let message, let context,
-                  message.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
-            Unmanaged<TLSRelay>.fromOpaque(context).takeUnretainedValue().renegotiationRequested = true
-        }
-        _ = SSL_ctrl(self.upstream.ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, context)
+        // The endpoints live no longer than the relay, which closes them (and so their events).
+        client.watch(on: loop, readable: { [unowned(unsafe) self] in readable(.up) },
+                     writable: { [unowned(unsafe) self] in writable(sinkOf: .down) })
+        upstream.watch(on: loop, readable: { [unowned(unsafe) self] in readable(.down) },
+                       writable: { [unowned(unsafe) self] in writable(sinkOf: .up) })
+        upstream.watchForRenegotiation()
     }
 
     /// Starts relaying: what was buffered before goes first, then both sockets are read.
     public func start() {
-        _ = flushRawOutput(client)
+        _ = flushUnsentOutput(client)
         for direction in [Direction.up, .down] {
             perform(transition(direction, .start), in: direction)
             guard !isClosed else { return }
@@ -216,7 +98,7 @@ public final class TLSRelay {
 
     /// The direction's source has bytes.
     private func readable(_ direction: Direction) {
-        clearStaleErrors()
+        TLSEndpoint.clearStaleErrors()
         pump(direction)
         registerEvents()
     }
@@ -224,12 +106,12 @@ public final class TLSRelay {
     /// The sink of `direction` can take bytes again: what waited for it goes out, in order —
     /// bytes from before the relay, a close_notify, a read that needed to write, pending data.
     private func writable(sinkOf direction: Direction) {
-        clearStaleErrors()
+        TLSEndpoint.clearStaleErrors()
         defer { registerEvents() }
         let side = sink(of: direction)
-        let hadRawOutput = !side.rawOutput.isEmpty
-        guard flushRawOutput(side) else { return }
-        if hadRawOutput {
+        let hadUnsentOutput = side.hasUnsentOutput
+        guard flushUnsentOutput(side) else { return }
+        if hadUnsentOutput {
             // Reading this side waited for those bytes (whatever the SSL writes must follow them).
             pump(direction.other)
             guard !isClosed else { return }
@@ -241,12 +123,6 @@ public final class TLSRelay {
         perform(transition(direction.other, .sourceWritable), in: direction.other)
         guard !isClosed else { return }
         perform(transition(direction, .sinkWritable), in: direction)
-    }
-
-    /// The thread's OpenSSL error queue must be empty before an SSL call for SSL_get_error to
-    /// be right; pinproxy drains it after every failure, so this rarely has anything to do.
-    private func clearStaleErrors() {
-        if ERR_peek_error() != 0 { ERR_clear_error() }
     }
 
     // MARK: The state machine
@@ -268,15 +144,12 @@ public final class TLSRelay {
         case .writePending:
             writePending(direction)
         case .readFromSocket:
-            // The bytes buffered before the relay are used up (a partial record stays in the
-            // SSL): the socket from now on. SSL_set0_rbio frees the memory BIO.
-            let source = source(of: direction)
-            SSL_set0_rbio(source.ssl, BIO_new_socket(source.socket, BIO_NOCLOSE))
+            // The bytes buffered before the relay are used up: the socket from now on.
+            source(of: direction).readFromSocket()
             pump(direction)
         case .releaseReadBuffer:
-            // An idle connection holds no read buffer (OpenSSL keeps the one it allocated for a
-            // read that found nothing).
-            SSL_free_buffers(source(of: direction).ssl)
+            // An idle connection holds no read buffer.
+            source(of: direction).releaseReadBuffer()
         case .reportEnded:
             report(.ended(direction))
         case .reportSinkFailed:
@@ -294,15 +167,15 @@ public final class TLSRelay {
     private func registerEvents() {
         guard !isClosed else { return }
         let up = index(.up), down = index(.down)
-        client.read.set(flows[up].readsSource)
-        upstream.read.set(flows[down].readsSource)
-        client.write.set(flows[down].needsSinkWritable || flows[up].needsSourceWritable || waitsToSendRawOutput(client))
-        upstream.write.set(flows[up].needsSinkWritable || flows[down].needsSourceWritable || waitsToSendRawOutput(upstream))
+        client.watchReadable(flows[up].readsSource)
+        upstream.watchReadable(flows[down].readsSource)
+        client.watchWritable(flows[down].needsSinkWritable || flows[up].needsSourceWritable || waitsToSendUnsentOutput(client))
+        upstream.watchWritable(flows[up].needsSinkWritable || flows[down].needsSourceWritable || waitsToSendUnsentOutput(upstream))
     }
 
     /// Whether the side's bytes from before the relay wait for its socket (found full).
-    private func waitsToSendRawOutput(_ side: Side) -> Bool {
-        !side.rawOutput.isEmpty && side.write.isAdded
+    private func waitsToSendUnsentOutput(_ side: TLSEndpoint) -> Bool {
+        side.hasUnsentOutput && side.isWatchingWritable
     }
 
     // MARK: Moving bytes
@@ -312,27 +185,26 @@ public final class TLSRelay {
     /// reported once, before anything else it reports.
     private func pump(_ direction: Direction) {
         let source = source(of: direction)
-        guard source.rawOutput.isEmpty, case .read(let input) = transition(direction, .readable) else { return }
+        guard !source.hasUnsentOutput, case .read(let input) = transition(direction, .readable) else { return }
         let sink = sink(of: direction)
         let scratch = loop.relayScratch
         var relayed = 0
         for _ in 0..<Self.recordsPerPass {
-            let count = SSL_read(source.ssl, scratch, Int32(readLimit))
-            if direction == .down && renegotiationRequested {
+            let result = source.read(into: scratch, maxLength: readLimit)
+            if direction == .down && upstream.renegotiationRequested {
                 // Nothing from this read is relayed.
                 guard reportRelayed(relayed, in: direction) else { return }
-                _ = drainErrorQueue()
                 return perform(transition(direction, .renegotiationRequested), in: direction)
             }
-            guard count > 0 else {
+            guard case .read(let count) = result else {
                 guard reportRelayed(relayed, in: direction) else { return }
-                return readFailed(direction, result: count)
+                return readFailed(direction, result: result)
             }
-            relayed += Int(count)
+            relayed += count
             // Bytes queued for the sink before (from before the relay, or what its SSL must
             // send for a read of the other direction) leave first.
-            let queueBehind = !sink.rawOutput.isEmpty || flows[index(direction.other)].needsSourceWritable
-            switch write(UnsafeRawBufferPointer(start: scratch, count: Int(count)), in: direction, queueBehind: queueBehind) {
+            let queueBehind = sink.hasUnsentOutput || flows[index(direction.other)].needsSourceWritable
+            switch write(UnsafeRawBufferPointer(start: scratch, count: count), in: direction, queueBehind: queueBehind) {
             case .written:
                 break
             case .queued:
@@ -345,9 +217,9 @@ public final class TLSRelay {
             // With read-ahead the SSL may hold more records than the socket shows: drain
             // them now, or they would wait for bytes that may never come. A full record
             // means bulk, where the socket has more: reading on saves a wait in epoll.
-            guard SSL_has_pending(source.ssl) == 1 || Int(count) == readLimit || input == .buffered else {
+            guard source.hasPendingInput || count == readLimit || input == .buffered else {
                 // Waiting for the socket: the SSL's read buffer goes back to the allocator.
-                SSL_free_buffers(source.ssl)
+                source.releaseReadBuffer()
                 _ = reportRelayed(relayed, in: direction)
                 return
             }
@@ -355,8 +227,7 @@ public final class TLSRelay {
         guard reportRelayed(relayed, in: direction) else { return }
         // This pass's share is used: the rest on the loop's next pass. The read event is
         // registered first (libevent does not register an event that is already active).
-        source.read.set(true)
-        if let event = source.read.event { event_active(event, EV_READ, 0) }
+        source.readAgainSoon()
     }
 
     /// Reports a pass's bytes (if any); whether the relay is still open.
@@ -380,16 +251,12 @@ public final class TLSRelay {
         let sink = sink(of: direction)
         var offset = 0
         if !queueBehind {
-            while offset < bytes.count {
-                let written = SSL_write(sink.ssl, bytes.baseAddress! + offset, Int32(bytes.count - offset))  // non-empty: never nil
-                if written > 0 {
-                    offset += Int(written)
-                    continue
+            writing: while offset < bytes.count {
+                switch sink.write(UnsafeRawBufferPointer(rebasing: bytes[offset...])) {
+                case .wrote(let count): offset += count
+                case .full: break writing
+                case .failed: return .failed
                 }
-                let error = SSL_get_error(sink.ssl, written)
-                _ = drainErrorQueue()
-                guard error == SSL_ERROR_WANT_WRITE else { return .failed }
-                break
             }
         }
         guard offset < bytes.count else { return .written }
@@ -402,7 +269,7 @@ public final class TLSRelay {
     private func deliverBuffered(_ bytes: [UInt8], in direction: Direction) {
         report(.relayed(direction, bytes: bytes.count))
         guard !isClosed else { return }
-        guard flushRawOutput(sink(of: direction)) else {
+        guard flushUnsentOutput(sink(of: direction)) else {
             _ = transition(direction, .sinkFull(rest: bytes))
             return
         }
@@ -417,56 +284,40 @@ public final class TLSRelay {
     /// Writes the direction's pending bytes; once all are written, the source reads again.
     private func writePending(_ direction: Direction) {
         let sink = sink(of: direction)
-        guard flushRawOutput(sink) else { return }
+        guard flushUnsentOutput(sink) else { return }
         while case .waitingToWrite(let pending, let offset, _) = flows[index(direction)].state {
-            let written = pending.withUnsafeBytes { bytes in
-                SSL_write(sink.ssl, bytes.baseAddress! + offset, Int32(pending.count - offset))  // pending: never nil
-            }
-            if written > 0 {
-                let action = transition(direction, .wrote(count: Int(written)))
+            switch pending.withUnsafeBytes({ sink.write(UnsafeRawBufferPointer(rebasing: $0[offset...])) }) {
+            case .wrote(let count):
+                let action = transition(direction, .wrote(count: count))
                 guard action == .writePending else { return perform(action, in: direction) }
-                continue
+            case .full:
+                return  // the sink's write event stays registered
+            case .failed:
+                return perform(transition(direction, .sinkFailed), in: direction)
             }
-            let error = SSL_get_error(sink.ssl, written)
-            _ = drainErrorQueue()
-            guard error == SSL_ERROR_WANT_WRITE else { return perform(transition(direction, .sinkFailed), in: direction) }
-            return  // the sink's write event stays registered
         }
     }
 
-    /// Sends what must reach the socket before the SSL writes; whether all of it has.
-    private func flushRawOutput(_ side: Side) -> Bool {
-        while side.rawOutputOffset < side.rawOutput.count {
-            let sent = side.rawOutput.withUnsafeBytes { bytes in
-                Glibc.send(side.socket, bytes.baseAddress! + side.rawOutputOffset, bytes.count - side.rawOutputOffset, Int32(MSG_NOSIGNAL))  // non-empty: never nil
-            }
-            if sent > 0 {
-                side.rawOutputOffset += sent
-            } else if sent < 0 && (errno == EAGAIN || errno == EINTR) {
-                side.write.set(true)
-                return false
-            } else {
-                // The socket is gone: the SSL's own write will fail and say so.
-                break
-            }
+    /// Sends what must reach the side's socket before its SSL writes; whether all of it has
+    /// (if not, the socket is watched for room).
+    private func flushUnsentOutput(_ side: TLSEndpoint) -> Bool {
+        guard side.flushUnsentOutput() else {
+            side.watchWritable(true)
+            return false
         }
-        side.rawOutput = []
-        side.rawOutputOffset = 0
         return true
     }
 
-    /// A read that returned `result` (≤ 0): nothing yet, a wait for the socket, or the end of
-    /// the direction.
-    private func readFailed(_ direction: Direction, result: Int32) {
-        let error = SSL_get_error(source(of: direction).ssl, result)
-        _ = drainErrorQueue()
-        switch error {
-        case SSL_ERROR_WANT_READ:
+    /// A read that brought no data: nothing yet, a wait for the socket, or the end of the
+    /// direction.
+    private func readFailed(_ direction: Direction, result: TLSEndpoint.ReadResult) {
+        switch result {
+        case .read, .wouldBlock:  // (a read with data does not come here)
             perform(transition(direction, .readWouldBlock), in: direction)
-        case SSL_ERROR_WANT_WRITE:
+        case .needsWrite:
             // The SSL must answer something (a TLS 1.3 KeyUpdate) and the socket is full.
             perform(transition(direction, .readNeedsWrite), in: direction)
-        default:
+        case .ended:
             // close_notify, the end of the stream, or a broken connection: the direction ends.
             perform(transition(direction, .sourceEnded), in: direction)
         }
@@ -482,10 +333,10 @@ public final class TLSRelay {
     /// direction has ended; the other direction goes on.
     public func shutdownWrite(_ direction: Direction) {
         guard case .ended(.notAsked) = flows[index(direction)].state else { return }
-        clearStaleErrors()
+        TLSEndpoint.clearStaleErrors()
         defer { registerEvents() }
         _ = transition(direction, .shutdownWrite)
-        guard flushRawOutput(sink(of: direction)) else { return }
+        guard flushUnsentOutput(sink(of: direction)) else { return }
         sendCloseNotify(direction)
     }
 
@@ -493,13 +344,8 @@ public final class TLSRelay {
     /// is called again only while the alert waits in the SSL: a further call would wait for
     /// the peer's.
     private func sendCloseNotify(_ direction: Direction) {
-        let sink = sink(of: direction)
-        let result = SSL_shutdown(sink.ssl)
-        let error = result < 0 ? SSL_get_error(sink.ssl, result) : SSL_ERROR_NONE
-        _ = drainErrorQueue()
-        // On SSL_ERROR_WANT_WRITE it stays queued in the SSL; the next SSL_shutdown sends it
-        // (and only that).
-        if error != SSL_ERROR_WANT_WRITE { _ = transition(direction, .closeNotifySent) }
+        // While the socket is full it stays queued in the SSL; the next call sends it (and only that).
+        if sink(of: direction).sendCloseNotify() { _ = transition(direction, .closeNotifySent) }
     }
 
     /// Frees both connections: each gets a close_notify if it has not had one (best effort:
@@ -510,29 +356,15 @@ public final class TLSRelay {
         // The client is the sink of down, the upstream that of up.
         let notifyClient = transition(.down, .close) == .sendCloseNotify
         let notifyUpstream = transition(.up, .close) == .sendCloseNotify
-        for (side, notify) in [(client, notifyClient), (upstream, notifyUpstream)] {
-            side.read.free()
-            side.write.free()
-            _ = SSL_ctrl(side.ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
-            SSL_set_msg_callback(side.ssl, nil)
-            if notify { _ = SSL_shutdown(side.ssl) }
-            _ = drainErrorQueue()
-            if side.holdsSessionSlot { releaseSessionSlot(side.ssl) }
-            SSL_free(side.ssl)
-            closeSocket(side.socket)
-        }
+        client.close(sendingCloseNotify: notifyClient)
+        upstream.close(sendingCloseNotify: notifyUpstream)
     }
 
     // MARK: Helpers
 
     private func index(_ direction: Direction) -> Int { direction == .up ? 0 : 1 }
 
-    private func source(of direction: Direction) -> Side { direction == .up ? client : upstream }
+    private func source(of direction: Direction) -> TLSEndpoint { direction == .up ? client : upstream }
 
-    private func sink(of direction: Direction) -> Side { direction == .up ? upstream : client }
-}
-
-extension EventLoop {
-    /// The size of `relayScratch`: one TLS record's plaintext.
-    static let relayScratchBytes = 16 * 1024
+    private func sink(of direction: Direction) -> TLSEndpoint { direction == .up ? upstream : client }
 }
