@@ -18,8 +18,8 @@ public final class EventLoop: @unchecked Sendable {
     let peerCertificates = PeerCertificates()
 
     /// Where this loop's relays decrypt a record before encrypting it for the other side
-    /// (`TLSEndpoint.read`): one buffer of `relayScratchBytes` per loop, not one per tunnel.
-    public var relayScratch: UnsafeMutableRawPointer {
+    /// (`TLSEndpoint.readIntoScratch`): one buffer of `relayScratchBytes` per loop, not one per tunnel.
+    var relayScratch: UnsafeMutableRawPointer {
         if let scratch { return scratch }
         let allocated = UnsafeMutableRawPointer.allocate(byteCount: Self.relayScratchBytes, alignment: 16)
         scratch = allocated

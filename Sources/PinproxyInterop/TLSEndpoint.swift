@@ -18,7 +18,7 @@ public final class TLSEndpoint {
     private var encryptedInput: [UInt8]
     /// Encrypted bytes not yet sent (a TLS filter's underlying output: a session ticket);
     /// they go out before anything else.
-    private var unsentOutput: [UInt8]
+    @usableFromInline private(set) var unsentOutput: [UInt8]
     private var unsentOutputOffset = 0
     /// Whether this end owns a session slot in the SSL's app data (upstream connections).
     let holdsSessionSlot: Bool
@@ -31,6 +31,9 @@ public final class TLSEndpoint {
     @exclusivity(unchecked) private var writeEvent = SocketEvent()
     private var onReadable: (() -> Void)?
     private var onWritable: (() -> Void)?
+    /// Where reads decrypt to: the loop's relay scratch buffer (`EventLoop.relayScratch`), once
+    /// `prepareEvents` has named the loop. The loop outlives its relays.
+    private var scratch: UnsafeMutableRawPointer?
 
     init(socket: Int32, ssl: OpaquePointer, plaintext: [UInt8], encryptedInput: [UInt8], encryptedOutput: [UInt8], holdsSessionSlot: Bool) {
         self.socket = socket
@@ -50,7 +53,7 @@ public final class TLSEndpoint {
     public var hasBufferedInput: Bool { !encryptedInput.isEmpty }
 
     /// Whether encrypted bytes from before the hand-over still wait for the socket.
-    public var hasUnsentOutput: Bool { !unsentOutput.isEmpty }
+    @inlinable public var hasUnsentOutput: Bool { !unsentOutput.isEmpty }
 
     /// The application data decrypted before the hand-over; the endpoint keeps none of it.
     public func takePlaintext() -> [UInt8] {
@@ -108,9 +111,13 @@ public final class TLSEndpoint {
         case ended
     }
 
-    /// Decrypts at most `maxLength` bytes of application data into `buffer`.
-    public func read(into buffer: UnsafeMutableRawPointer, maxLength: Int) -> ReadResult {
-        let count = SSL_read(ssl, buffer, Int32(maxLength))
+    /// Decrypts at most `maxLength` bytes of application data (at most
+    /// `EventLoop.relayScratchBytes`) to the start of the loop's scratch buffer, which every
+    /// relay of the loop shares: they are to be written (`writeScratch`) or copied
+    /// (`scratchBytes`) before the loop's next read.
+    public func readIntoScratch(maxLength: Int) -> ReadResult {
+        guard let scratch else { return .ended }
+        let count = SSL_read(ssl, scratch, Int32(min(maxLength, EventLoop.relayScratchBytes)))
         if count > 0 {
             if renegotiationRequested { _ = drainErrorQueue() }
             return .read(Int(count))
@@ -134,9 +141,25 @@ public final class TLSEndpoint {
         case failed
     }
 
-    /// Encrypts and sends what it can of `bytes` (not empty) at once.
-    public func write(_ bytes: UnsafeRawBufferPointer) -> WriteResult {
-        guard let start = bytes.baseAddress else { return .wrote(0) }
+    /// Encrypts and sends what it can of the scratch buffer's `range` (not empty) at once.
+    public func writeScratch(_ range: Range<Int>) -> WriteResult {
+        guard let scratch else { return .failed }
+        return write(UnsafeRawBufferPointer(start: scratch + range.lowerBound, count: range.count))
+    }
+
+    /// Encrypts and sends what it can of `bytes[offset...]` (not empty) at once.
+    public func write(_ bytes: [UInt8], from offset: Int) -> WriteResult {
+        bytes.withUnsafeBytes { write(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+    }
+
+    /// A copy of the scratch buffer's `range`.
+    public func scratchBytes(_ range: Range<Int>) -> [UInt8] {
+        guard let scratch else { return [] }
+        return Array(UnsafeRawBufferPointer(start: scratch + range.lowerBound, count: range.count))
+    }
+
+    private func write(_ bytes: UnsafeRawBufferPointer) -> WriteResult {
+        guard let start = bytes.baseAddress, !bytes.isEmpty else { return .failed }
         let written = SSL_write(ssl, start, Int32(bytes.count))
         if written > 0 { return .wrote(Int(written)) }
         let error = SSL_get_error(ssl, written)
@@ -154,7 +177,8 @@ public final class TLSEndpoint {
     }
 
     /// Sends the encrypted bytes from before the hand-over; whether all of them have left (or
-    /// the socket is gone, when the SSL's own write will fail and say so). False: the socket is full.
+    /// the socket is gone, when the SSL's own write will fail and say so). False: the socket is
+    /// full, and is watched for room from now on.
     public func flushUnsentOutput() -> Bool {
         while unsentOutputOffset < unsentOutput.count {
             let sent = unsentOutput.withUnsafeBytes { bytes in
@@ -163,6 +187,7 @@ public final class TLSEndpoint {
             if sent > 0 {
                 unsentOutputOffset += sent
             } else if sent < 0 && (errno == EAGAIN || errno == EINTR) {
+                writeEvent.set(true)
                 return false
             } else {
                 break
@@ -190,12 +215,13 @@ public final class TLSEndpoint {
 
     // MARK: Waiting on the socket
 
-    /// Makes the socket's events on `loop`: `readable` runs while reading is watched and the
-    /// socket has bytes, `writable` while writing is watched and the socket has room. Call
+    /// Makes the socket's events on `loop`: `readable` runs while bytes are watched for and the
+    /// socket has some, `writable` while room is watched for and the socket has some. Call
     /// once; both are released by `close`.
-    public func watch(on loop: EventLoop, readable: @escaping () -> Void, writable: @escaping () -> Void) {
+    public func prepareEvents(on loop: EventLoop, readable: @escaping () -> Void, writable: @escaping () -> Void) {
         onReadable = readable
         onWritable = writable
+        scratch = loop.relayScratch
         let context = Unmanaged.passUnretained(self).toOpaque()
         readEvent.event = event_new(loop.base, socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
             guard let context else { return }
@@ -207,14 +233,12 @@ public final class TLSEndpoint {
         }, context)
     }
 
-    /// Starts or stops watching the socket for bytes.
-    public func watchReadable(_ enabled: Bool) { readEvent.set(enabled) }
-
-    /// Starts or stops watching the socket for room.
-    public func watchWritable(_ enabled: Bool) { writeEvent.set(enabled) }
-
-    /// Whether the socket is watched for room.
-    public var isWatchingWritable: Bool { writeEvent.isAdded }
+    /// Watches the socket for bytes while `readable`, and for room while `writable` or while
+    /// bytes from before the hand-over wait for it (`flushUnsentOutput` found it full).
+    public func watch(readable: Bool, writable: Bool) {
+        readEvent.set(readable)
+        writeEvent.set(writable || (!unsentOutput.isEmpty && writeEvent.isAdded))
+    }
 
     /// Runs `readable` again on the loop's next pass (the read event is registered first:
     /// libevent does not register an event that is already active).

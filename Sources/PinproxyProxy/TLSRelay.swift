@@ -4,7 +4,8 @@ import PinproxyInterop
 /// connection and the upstream's itself, with one libevent event per socket and direction.
 ///
 /// Each read takes what the SSL decrypts (OpenSSL reads ahead: one `read` brings several
-/// records) into the loop's scratch buffer and writes it to the other SSL at once; nothing is
+/// records) into the loop's scratch buffer (`TLSEndpoint.readIntoScratch`) and writes it to the
+/// other SSL at once; nothing is
 /// copied or kept unless the other side cannot take it. Then the rest waits in the direction's
 /// state (`RelayFlow.waitingToWrite`, at most one read's worth), the source stops reading, and
 /// the sink waits to be writable. An idle tunnel holds no buffer: read events stay registered,
@@ -41,6 +42,7 @@ public final class TLSRelay {
         case renegotiationAttempted
     }
 
+    /// Held: the endpoints read into its scratch buffer.
     private let loop: EventLoop
     private let client: TLSEndpoint
     private let upstream: TLSEndpoint
@@ -73,16 +75,16 @@ public final class TLSRelay {
             endpoint.startRelaying(readBufferBytes: Self.readBufferBytes)
         }
         // The endpoints live no longer than the relay, which closes them (and so their events).
-        client.watch(on: loop, readable: { [unowned(unsafe) self] in readable(.up) },
-                     writable: { [unowned(unsafe) self] in writable(sinkOf: .down) })
-        upstream.watch(on: loop, readable: { [unowned(unsafe) self] in readable(.down) },
-                       writable: { [unowned(unsafe) self] in writable(sinkOf: .up) })
+        client.prepareEvents(on: loop, readable: { [unowned(unsafe) self] in readable(.up) },
+                             writable: { [unowned(unsafe) self] in writable(sinkOf: .down) })
+        upstream.prepareEvents(on: loop, readable: { [unowned(unsafe) self] in readable(.down) },
+                               writable: { [unowned(unsafe) self] in writable(sinkOf: .up) })
         upstream.watchForRenegotiation()
     }
 
     /// Starts relaying: what was buffered before goes first, then both sockets are read.
     public func start() {
-        _ = flushUnsentOutput(client)
+        _ = client.flushUnsentOutput()
         for direction in [Direction.up, .down] {
             perform(transition(direction, .start), in: direction)
             guard !isClosed else { return }
@@ -110,7 +112,7 @@ public final class TLSRelay {
         defer { registerEvents() }
         let side = sink(of: direction)
         let hadUnsentOutput = side.hasUnsentOutput
-        guard flushUnsentOutput(side) else { return }
+        guard side.flushUnsentOutput() else { return }
         if hadUnsentOutput {
             // Reading this side waited for those bytes (whatever the SSL writes must follow them).
             pump(direction.other)
@@ -167,15 +169,8 @@ public final class TLSRelay {
     private func registerEvents() {
         guard !isClosed else { return }
         let up = index(.up), down = index(.down)
-        client.watchReadable(flows[up].readsSource)
-        upstream.watchReadable(flows[down].readsSource)
-        client.watchWritable(flows[down].needsSinkWritable || flows[up].needsSourceWritable || waitsToSendUnsentOutput(client))
-        upstream.watchWritable(flows[up].needsSinkWritable || flows[down].needsSourceWritable || waitsToSendUnsentOutput(upstream))
-    }
-
-    /// Whether the side's bytes from before the relay wait for its socket (found full).
-    private func waitsToSendUnsentOutput(_ side: TLSEndpoint) -> Bool {
-        side.hasUnsentOutput && side.isWatchingWritable
+        client.watch(readable: flows[up].readsSource, writable: flows[down].needsSinkWritable || flows[up].needsSourceWritable)
+        upstream.watch(readable: flows[down].readsSource, writable: flows[up].needsSinkWritable || flows[down].needsSourceWritable)
     }
 
     // MARK: Moving bytes
@@ -187,10 +182,9 @@ public final class TLSRelay {
         let source = source(of: direction)
         guard !source.hasUnsentOutput, case .read(let input) = transition(direction, .readable) else { return }
         let sink = sink(of: direction)
-        let scratch = loop.relayScratch
         var relayed = 0
         for _ in 0..<Self.recordsPerPass {
-            let result = source.read(into: scratch, maxLength: readLimit)
+            let result = source.readIntoScratch(maxLength: readLimit)
             if direction == .down && upstream.renegotiationRequested {
                 // Nothing from this read is relayed.
                 guard reportRelayed(relayed, in: direction) else { return }
@@ -204,7 +198,7 @@ public final class TLSRelay {
             // Bytes queued for the sink before (from before the relay, or what its SSL must
             // send for a read of the other direction) leave first.
             let queueBehind = sink.hasUnsentOutput || flows[index(direction.other)].needsSourceWritable
-            switch write(UnsafeRawBufferPointer(start: scratch, count: count), in: direction, queueBehind: queueBehind) {
+            switch write(.scratch(count: count), in: direction, queueBehind: queueBehind) {
             case .written:
                 break
             case .queued:
@@ -245,22 +239,41 @@ public final class TLSRelay {
         case failed
     }
 
-    /// Writes `bytes` to the direction's sink (all of them queued if `queueBehind`); what it
+    /// Bytes for a sink: a read's, in the loop's scratch buffer (`TLSEndpoint.readIntoScratch`),
+    /// or bytes kept from before.
+    private enum Chunk {
+        case scratch(count: Int)
+        case kept([UInt8])
+    }
+
+    /// Writes `chunk` to the direction's sink (all of it queued if `queueBehind`); what it
     /// cannot take now becomes the direction's pending bytes, and the source pauses.
-    private func write(_ bytes: UnsafeRawBufferPointer, in direction: Direction, queueBehind: Bool) -> WriteOutcome {
+    private func write(_ chunk: Chunk, in direction: Direction, queueBehind: Bool) -> WriteOutcome {
         let sink = sink(of: direction)
+        let count = switch chunk {
+        case .scratch(let count): count
+        case .kept(let bytes): bytes.count
+        }
         var offset = 0
         if !queueBehind {
-            writing: while offset < bytes.count {
-                switch sink.write(UnsafeRawBufferPointer(rebasing: bytes[offset...])) {
-                case .wrote(let count): offset += count
+            writing: while offset < count {
+                let result = switch chunk {
+                case .scratch: sink.writeScratch(offset..<count)
+                case .kept(let bytes): sink.write(bytes, from: offset)
+                }
+                switch result {
+                case .wrote(let written): offset += written
                 case .full: break writing
                 case .failed: return .failed
                 }
             }
         }
-        guard offset < bytes.count else { return .written }
-        _ = transition(direction, .sinkFull(rest: Array(bytes[offset...])))
+        guard offset < count else { return .written }
+        let rest = switch chunk {
+        case .scratch: sink.scratchBytes(offset..<count)
+        case .kept(let bytes): Array(bytes[offset...])
+        }
+        _ = transition(direction, .sinkFull(rest: rest))
         return .queued
     }
 
@@ -269,12 +282,11 @@ public final class TLSRelay {
     private func deliverBuffered(_ bytes: [UInt8], in direction: Direction) {
         report(.relayed(direction, bytes: bytes.count))
         guard !isClosed else { return }
-        guard flushUnsentOutput(sink(of: direction)) else {
+        guard sink(of: direction).flushUnsentOutput() else {
             _ = transition(direction, .sinkFull(rest: bytes))
             return
         }
-        let outcome = bytes.withUnsafeBytes { write($0, in: direction, queueBehind: false) }
-        switch outcome {
+        switch write(.kept(bytes), in: direction, queueBehind: false) {
         case .written: pump(direction)
         case .queued: break
         case .failed: perform(transition(direction, .sinkFailed), in: direction)
@@ -284,9 +296,9 @@ public final class TLSRelay {
     /// Writes the direction's pending bytes; once all are written, the source reads again.
     private func writePending(_ direction: Direction) {
         let sink = sink(of: direction)
-        guard flushUnsentOutput(sink) else { return }
+        guard sink.flushUnsentOutput() else { return }
         while case .waitingToWrite(let pending, let offset, _) = flows[index(direction)].state {
-            switch pending.withUnsafeBytes({ sink.write(UnsafeRawBufferPointer(rebasing: $0[offset...])) }) {
+            switch sink.write(pending, from: offset) {
             case .wrote(let count):
                 let action = transition(direction, .wrote(count: count))
                 guard action == .writePending else { return perform(action, in: direction) }
@@ -296,16 +308,6 @@ public final class TLSRelay {
                 return perform(transition(direction, .sinkFailed), in: direction)
             }
         }
-    }
-
-    /// Sends what must reach the side's socket before its SSL writes; whether all of it has
-    /// (if not, the socket is watched for room).
-    private func flushUnsentOutput(_ side: TLSEndpoint) -> Bool {
-        guard side.flushUnsentOutput() else {
-            side.watchWritable(true)
-            return false
-        }
-        return true
     }
 
     /// A read that brought no data: nothing yet, a wait for the socket, or the end of the
@@ -336,7 +338,7 @@ public final class TLSRelay {
         TLSEndpoint.clearStaleErrors()
         defer { registerEvents() }
         _ = transition(direction, .shutdownWrite)
-        guard flushUnsentOutput(sink(of: direction)) else { return }
+        guard sink(of: direction).flushUnsentOutput() else { return }
         sendCloseNotify(direction)
     }
 
