@@ -39,7 +39,7 @@ extension BufferEvent {
             bufferevent_free(plain)
         }
         underlying = nil
-        return TLSEndpoint(socket: socket, ssl: ssl, plaintext: plaintext, encryptedInput: encryptedInput,
+        return TLSEndpoint(loop: loop, socket: socket, ssl: ssl, plaintext: plaintext, encryptedInput: encryptedInput,
                            encryptedOutput: encryptedOutput, holdsSessionSlot: plain == nil)
     }
 

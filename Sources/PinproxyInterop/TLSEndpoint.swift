@@ -18,24 +18,27 @@ public final class TLSEndpoint {
     private var encryptedInput: [UInt8]
     /// Encrypted bytes not yet sent (a TLS filter's underlying output: a session ticket);
     /// they go out before anything else.
-    @usableFromInline private(set) var unsentOutput: [UInt8]
+    @usableFromInline @exclusivity(unchecked) private(set) var unsentOutput: [UInt8]
     private var unsentOutputOffset = 0
     /// Whether this end owns a session slot in the SSL's app data (upstream connections).
     let holdsSessionSlot: Bool
     private var isClosed = false
+    // The properties read or changed on every relay callback: only the owner's callbacks on
+    // the loop's thread touch them, and no access overlaps another, so no run-time
+    // exclusivity checks on the hot path.
     /// Set by the message callback when the peer sends a HelloRequest (`watchForRenegotiation`).
-    public private(set) var renegotiationRequested = false
-    // Only the owner's callbacks on the loop's thread touch these, and no access overlaps
-    // another: no run-time exclusivity checks on the hot path.
+    @exclusivity(unchecked) public private(set) var renegotiationRequested = false
     @exclusivity(unchecked) private var readEvent = SocketEvent()
     @exclusivity(unchecked) private var writeEvent = SocketEvent()
-    private var onReadable: (() -> Void)?
-    private var onWritable: (() -> Void)?
-    /// Where reads decrypt to: the loop's relay scratch buffer (`EventLoop.relayScratch`), once
-    /// `prepareEvents` has named the loop. The loop outlives its relays.
-    private var scratch: UnsafeMutableRawPointer?
+    @exclusivity(unchecked) private var onReadable: (() -> Void)?
+    @exclusivity(unchecked) private var onWritable: (() -> Void)?
+    /// Where reads decrypt to: the loop's relay scratch buffer (`EventLoop.relayScratch`). The
+    /// relay holds the loop, which frees it.
+    private let scratch: UnsafeMutableRawPointer
 
-    init(socket: Int32, ssl: OpaquePointer, plaintext: [UInt8], encryptedInput: [UInt8], encryptedOutput: [UInt8], holdsSessionSlot: Bool) {
+    init(loop: EventLoop, socket: Int32, ssl: OpaquePointer, plaintext: [UInt8], encryptedInput: [UInt8], encryptedOutput: [UInt8],
+         holdsSessionSlot: Bool) {
+        scratch = loop.relayScratch
         self.socket = socket
         self.ssl = ssl
         self.plaintext = plaintext
@@ -112,11 +115,10 @@ public final class TLSEndpoint {
     }
 
     /// Decrypts at most `maxLength` bytes of application data (at most
-    /// `EventLoop.relayScratchBytes`) to the start of the loop's scratch buffer, which every
+    /// `EventLoop.relayScratchBytes`) to the start of its loop's scratch buffer, which every
     /// relay of the loop shares: they are to be written (`writeScratch`) or copied
     /// (`scratchBytes`) before the loop's next read.
     public func readIntoScratch(maxLength: Int) -> ReadResult {
-        guard let scratch else { return .ended }
         let count = SSL_read(ssl, scratch, Int32(min(maxLength, EventLoop.relayScratchBytes)))
         if count > 0 {
             if renegotiationRequested { _ = drainErrorQueue() }
@@ -143,8 +145,7 @@ public final class TLSEndpoint {
 
     /// Encrypts and sends what it can of the scratch buffer's `range` (not empty) at once.
     public func writeScratch(_ range: Range<Int>) -> WriteResult {
-        guard let scratch else { return .failed }
-        return write(UnsafeRawBufferPointer(start: scratch + range.lowerBound, count: range.count))
+        write(UnsafeRawBufferPointer(start: scratch + range.lowerBound, count: range.count))
     }
 
     /// Encrypts and sends what it can of `bytes[offset...]` (not empty) at once.
@@ -154,8 +155,7 @@ public final class TLSEndpoint {
 
     /// A copy of the scratch buffer's `range`.
     public func scratchBytes(_ range: Range<Int>) -> [UInt8] {
-        guard let scratch else { return [] }
-        return Array(UnsafeRawBufferPointer(start: scratch + range.lowerBound, count: range.count))
+        Array(UnsafeRawBufferPointer(start: scratch + range.lowerBound, count: range.count))
     }
 
     private func write(_ bytes: UnsafeRawBufferPointer) -> WriteResult {
@@ -221,7 +221,6 @@ public final class TLSEndpoint {
     public func prepareEvents(on loop: EventLoop, readable: @escaping () -> Void, writable: @escaping () -> Void) {
         onReadable = readable
         onWritable = writable
-        scratch = loop.relayScratch
         let context = Unmanaged.passUnretained(self).toOpaque()
         readEvent.event = event_new(loop.base, socket, Int16(EV_READ | EV_PERSIST), { _, _, context in
             guard let context else { return }
