@@ -17,7 +17,7 @@ public final class TLSEndpoint {
     /// underlying input); the SSL reads them before the socket. Emptied once the SSL has them.
     private var encryptedInput: [UInt8]
     /// Encrypted bytes not yet sent (a TLS filter's underlying output: a session ticket);
-    /// they go out before anything else.
+    /// they go out before anything else. Read on every relay callback (see below).
     @usableFromInline @exclusivity(unchecked) private(set) var unsentOutput: [UInt8]
     private var unsentOutputOffset = 0
     /// Whether this end owns a session slot in the SSL's app data (upstream connections).
