@@ -1,4 +1,5 @@
 import PinproxyInterop
+import PinproxyPolicy
 
 /// Bytes through the certificate and CRL loaders (PEM bundles or single DER), then through
 /// everything the daemon and `pinproxy pin` read from a parsed certificate.

@@ -259,5 +259,11 @@ public struct SystemError: Error, CustomStringConvertible, Sendable {
         self.code = code
     }
 
-    public var description: String { "\(operation): \(String(cString: strerror(code)))" }
+    public var description: String { "\(operation): \(reason)" }
+
+    /// errno's text alone: `No such file or directory`.
+    public var reason: String { String(cString: strerror(code)) }
+
+    /// Whether the call failed because the path does not exist (ENOENT).
+    public var isNotFound: Bool { code == ENOENT }
 }

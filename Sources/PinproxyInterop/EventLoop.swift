@@ -18,13 +18,16 @@ public final class EventLoop: @unchecked Sendable {
     let peerCertificates = PeerCertificates()
 
     /// Where this loop's relays decrypt a record before encrypting it for the other side
-    /// (`TLSRelay`): one buffer per loop, not one per tunnel.
+    /// (`TLSEndpoint.readIntoScratch`): one buffer of `relayScratchBytes` per loop, not one per tunnel.
     var relayScratch: UnsafeMutableRawPointer {
         if let scratch { return scratch }
         let allocated = UnsafeMutableRawPointer.allocate(byteCount: Self.relayScratchBytes, alignment: 16)
         scratch = allocated
         return allocated
     }
+
+    /// The size of `relayScratch`: one TLS record's plaintext.
+    public static let relayScratchBytes = 16 * 1024
 
     private static let threadingEnabled: Bool = {
         evthread_use_pthreads() == 0

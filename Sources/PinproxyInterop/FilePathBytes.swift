@@ -63,7 +63,7 @@ extension FilePathBytes {
         return names.sorted { $0.lexicographicallyPrecedes($1) }
     }
 
-    private func withCPath<Result>(_ body: (UnsafePointer<CChar>) -> Result) -> Result {
+    func withCPath<Result>(_ body: (UnsafePointer<CChar>) -> Result) -> Result {
         // A path holding NUL would name another file: it names none.
         let terminated = bytes.contains(0) ? [0] : bytes + [0]
         return terminated.withUnsafeBufferPointer { buffer in

@@ -39,7 +39,7 @@ public final class LocalCA: Sendable {
             // systemd may pass several, separated by colons; the first is pinproxy's.
             return String(state.split(separator: ":").first ?? Substring(state))
         }
-        if getuid() == 0 { return "/var/lib/pinproxy" }
+        if CurrentProcess.userID == 0 { return "/var/lib/pinproxy" }
         if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") { return xdg + "/pinproxy" }
         return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state/pinproxy"
     }
@@ -94,7 +94,7 @@ public final class LocalCA: Sendable {
 
     /// What the operator should know about the CA certificate at `path`.
     private static func warnings(_ certificate: Certificate, path: String, directory: String) -> [String] {
-        guard !certificate.extendedKeyUsageIncludesServerAuth else { return [] }
+        guard certificate.extendedKeyUsage?.contains(.serverAuth) != true else { return [] }
         // Made by pinproxy before 2026-11, or brought in: kept, since every client trusts it.
         return ["the local CA \(path) has no extendedKeyUsage serverAuth, so a stolen CA key could also sign code-signing or e-mail certificates: to get a CA limited to TLS servers, stop pinproxy, delete \(certificateName) and \(keyName) in \(directory), start it again, and have every client trust the new CA"]
     }
@@ -102,17 +102,29 @@ public final class LocalCA: Sendable {
     /// Creates `directory` (0700) if absent; an existing one must belong to the daemon's user,
     /// and is then made 0700.
     private static func prepareDirectory(_ directory: String) throws {
-        var info = stat()
-        if stat(directory, &info) != 0 {
-            guard errno == ENOENT else { throw LocalCAError("cannot use ca_dir \(directory): \(String(cString: strerror(errno)))") }
+        let path = FilePathBytes(directory)
+        let info: FileStatus
+        do {
+            info = try path.status()
+        } catch where error.isNotFound {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            guard stat(directory, &info) == 0 else { throw LocalCAError("cannot use ca_dir \(directory): \(String(cString: strerror(errno)))") }
+            do {
+                info = try path.status()
+            } catch {
+                throw LocalCAError("cannot use ca_dir \(directory): \(error.reason)")
+            }
+        } catch {
+            throw LocalCAError("cannot use ca_dir \(directory): \(error.reason)")
         }
-        guard info.st_mode & S_IFMT == S_IFDIR else { throw LocalCAError("ca_dir \(directory) is not a directory") }
-        let user = geteuid()
-        guard info.st_uid == user else { throw ownerError(directory, owner: info.st_uid, user: user) }
-        if info.st_mode & 0o077 != 0, chmod(directory, 0o700) != 0 {
-            throw LocalCAError("cannot make ca_dir \(directory) mode 0700: \(String(cString: strerror(errno)))")
+        guard info.isDirectory else { throw LocalCAError("ca_dir \(directory) is not a directory") }
+        let user = CurrentProcess.effectiveUserID
+        guard info.owner == user else { throw ownerError(directory, owner: info.owner, user: user) }
+        if info.permissions & 0o077 != 0 {
+            do {
+                try path.setPermissions(0o700)
+            } catch {
+                throw LocalCAError("cannot make ca_dir \(directory) mode 0700: \(error.reason)")
+            }
         }
     }
 
@@ -134,20 +146,19 @@ public final class LocalCA: Sendable {
 
     /// The key must belong to the daemon's user, and nobody else may read or write it.
     private static func checkKeyFile(_ path: String) throws {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return }  // a missing key is reported with the certificate
-        let user = geteuid()
-        guard info.st_uid == user else {
-            throw LocalCAError("\(path) belongs to uid \(info.st_uid), not to uid \(user) that pinproxy runs as: pinproxy did not create it. Delete \(keyName) and \(certificateName) so that pinproxy makes a new CA (clients must then trust the new one), or `chown \(user) \(path)` if you made it yourself")
+        guard let info = try? FilePathBytes(path).status() else { return }  // a missing key is reported with the certificate
+        let user = CurrentProcess.effectiveUserID
+        guard info.owner == user else {
+            throw LocalCAError("\(path) belongs to uid \(info.owner), not to uid \(user) that pinproxy runs as: pinproxy did not create it. Delete \(keyName) and \(certificateName) so that pinproxy makes a new CA (clients must then trust the new one), or `chown \(user) \(path)` if you made it yourself")
         }
-        let mode = info.st_mode & 0o777
+        let mode = info.permissions
         guard mode & 0o077 == 0 else {
             throw LocalCAError("\(path) has mode \(String(mode, radix: 8)): others can read or change the CA key, and anyone who read it can impersonate every host to clients that trust this CA. If nobody else copied it, run `chmod 600 \(path)`; otherwise delete \(keyName) and \(certificateName) so that pinproxy makes a new CA, and have every client trust the new one")
         }
     }
 
     private static func write(_ text: String, to path: String, permissions: Int) throws {
-        let temporary = path + ".tmp-\(getpid())"
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
         guard FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8), attributes: [.posixPermissions: permissions]) else {
             throw LocalCAError("cannot write \(temporary)")
         }

@@ -1,5 +1,4 @@
 import Foundation
-import Glibc
 
 /// The `pid_file` of a running daemon: written by `pinproxy run` once its listeners are up,
 /// replaced by a new file of the same content each time it has handled a SIGHUP, removed at
@@ -19,7 +18,7 @@ enum PidFile {
 
     /// Fails when another live pinproxy owns `path`.
     static func checkFree(_ path: String) throws {
-        if let other = read(path), other != getpid(), isPinproxy(other) {
+        if let other = read(path), other != ProcessInfo.processInfo.processIdentifier, isPinproxy(other) {
             throw PidFileError(message: "\(path) names another running pinproxy (pid \(other)): stop it first, or give this daemon its own pid_file")
         }
     }
@@ -28,7 +27,7 @@ enum PidFile {
     /// owns the file. Call it once SIGHUP is handled: the file invites that signal.
     static func claim(_ path: String) throws {
         try checkFree(path)
-        let own = getpid()
+        let own = ProcessInfo.processInfo.processIdentifier
         do {
             try Data("\(own)\n".utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
         } catch {
@@ -39,8 +38,8 @@ enum PidFile {
     /// Writes `path` anew (a new file renamed over it) if it still names this process: the
     /// sign `pinproxy reload` waits for.
     static func replace(_ path: String) {
-        guard read(path) == getpid() else { return }
-        try? Data("\(getpid())\n".utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+        guard read(path) == ProcessInfo.processInfo.processIdentifier else { return }
+        try? Data("\(ProcessInfo.processInfo.processIdentifier)\n".utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
     }
 
     /// The file `path` is now (device and inode), to tell when it has been replaced; nil when
@@ -53,7 +52,7 @@ enum PidFile {
 
     /// Removes `path` if it still names this process.
     static func release(_ path: String) {
-        if read(path) == getpid() { try? FileManager.default.removeItem(atPath: path) }
+        if read(path) == ProcessInfo.processInfo.processIdentifier { try? FileManager.default.removeItem(atPath: path) }
     }
 }
 

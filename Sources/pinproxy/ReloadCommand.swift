@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Glibc
+import PinproxyInterop
 import PinproxyPolicy
 
 /// `pinproxy reload`: checks the config, then sends SIGHUP to the daemon its `pid_file` names.
@@ -38,8 +38,10 @@ struct ReloadCommand: ParsableCommand {
             throw ExitCode(1)
         }
         let before = PidFile.identity(pidFile)
-        guard kill(pid, SIGHUP) == 0 else {
-            printError("pinproxy reload: cannot signal pid \(pid): \(String(cString: strerror(errno)))")
+        do {
+            try CurrentProcess.sendHangUp(to: pid)
+        } catch {
+            printError("pinproxy reload: cannot signal pid \(pid): \(error.reason)")
             throw ExitCode(1)
         }
         let deadline = Date().addingTimeInterval(timeout)

@@ -1,5 +1,6 @@
 import Foundation
 import PinproxyInterop
+@testable import PinproxyPolicy
 import XCTest
 
 /// `Certificate.nameConstraintsPermit`, which binds the requested host to each issuer's
@@ -28,5 +29,43 @@ final class NameConstraintsTests: XCTestCase {
         XCTAssertNil(malformed.nameConstraints, "the fixture's extension must not decode")
         XCTAssertFalse(malformed.nameConstraintsPermit(dnsName: "api.test"))
         XCTAssertFalse(malformed.nameConstraintsPermit(dnsName: "other.test"))
+    }
+
+    /// The DNS subtree rule of OpenSSL's matcher, which `nameConstraintsPermit` follows.
+    func testDNSSubtrees() {
+        let within: [(String, String, Bool)] = [
+            ("api.test", "api.test", true), ("x.api.test", "api.test", true), ("y.x.api.test", "api.test", true),
+            ("xapi.test", "api.test", false), ("test", "api.test", false),
+            ("x.api.test", ".api.test", true), ("api.test", ".api.test", false),
+            ("api.test", "API.Test", true), ("anything.test", "", true), ("api.test", "pi.test", false),
+        ]
+        for (name, base, expected) in within {
+            XCTAssertEqual(Certificate.NameConstraints.dnsName(name, isWithin: base), expected, "\(name) within \(base)")
+        }
+    }
+
+    func testPermittedAndExcludedSubtrees() {
+        typealias Subtree = Certificate.GeneralSubtree
+        let apiOnly = Certificate.NameConstraints(permitted: [Subtree(base: .dns("api.test"))], excluded: nil)
+        XCTAssertTrue(apiOnly.permit(dnsName: "x.api.test"))
+        XCTAssertFalse(apiOnly.permit(dnsName: "other.test"))
+        let excluding = Certificate.NameConstraints(permitted: [Subtree(base: .dns("api.test"))], excluded: [Subtree(base: .dns("bad.api.test"))])
+        XCTAssertTrue(excluding.permit(dnsName: "good.api.test"))
+        XCTAssertFalse(excluding.permit(dnsName: "x.bad.api.test"))
+        let otherKinds = Certificate.NameConstraints(permitted: [Subtree(base: .ip([10, 0, 0, 0, 255, 0, 0, 0]))], excluded: nil)
+        XCTAssertTrue(otherKinds.permit(dnsName: "other.test"), "no DNS subtree: DNS names are not constrained")
+        XCTAssertTrue(Certificate.NameConstraints(permitted: nil, excluded: nil).permit(dnsName: "api.test"))
+    }
+
+    /// Bounds other than the default (minimum 0, no maximum) on a DNS subtree permit nothing,
+    /// whether the subtree would match or not; on a subtree of another kind they do not matter.
+    func testNonDefaultBoundsPermitNothing() {
+        typealias Subtree = Certificate.GeneralSubtree
+        let bounded = Certificate.NameConstraints(permitted: [Subtree(base: .dns("api.test"), hasDefaultBounds: false)], excluded: nil)
+        XCTAssertFalse(bounded.permit(dnsName: "api.test"))
+        let boundedExclusion = Certificate.NameConstraints(permitted: nil, excluded: [Subtree(base: .dns("bad.test"), hasDefaultBounds: false)])
+        XCTAssertFalse(boundedExclusion.permit(dnsName: "api.test"))
+        let boundedIP = Certificate.NameConstraints(permitted: [Subtree(base: .ip([10, 0, 0, 0, 255, 0, 0, 0]), hasDefaultBounds: false)], excluded: nil)
+        XCTAssertTrue(boundedIP.permit(dnsName: "api.test"))
     }
 }

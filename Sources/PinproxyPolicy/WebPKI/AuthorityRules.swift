@@ -66,7 +66,7 @@ struct NameConstraintsWellFormedRule: ProfileRule {
             var problems: [String] = []
             // An undecodable extension is reported by extensions-decode.
             guard let constraints = certificate.nameConstraints else { return problems }
-            let subtrees = (constraints.permitted ?? []) + (constraints.excluded ?? [])
+            let subtrees = ((constraints.permitted ?? []) + (constraints.excluded ?? [])).map(\.base)
             if subtrees.isEmpty { problems.append("the CA \(certificate.ruleLabel) has a nameConstraints with no subtree") }
             for case .dns(let name) in subtrees where !DNSNameSyntax.isValid(name, allowingEmpty: true) {
                 problems.append("the CA \(certificate.ruleLabel) constrains the malformed DNS name \"\(name)\"")

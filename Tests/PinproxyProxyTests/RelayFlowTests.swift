@@ -1,4 +1,4 @@
-@testable import PinproxyInterop
+@testable import PinproxyProxy
 import XCTest
 
 /// `RelayFlow`, one direction of the relay, as a pure value: every state × every event, the
