@@ -63,6 +63,16 @@ enum ConfigValue: Sendable {
     }
 }
 
+/// When a running daemon uses a key's new value.
+enum ConfigEffect: Sendable, Equatable {
+    /// At a reload: new connections use it.
+    case reload
+    /// At the next start only: a reload that changes it logs a warning naming it.
+    case restart
+    /// The daemon does not read it: `pinproxy egress apply` does.
+    case egressApply
+}
+
 /// What applies when a key is not written.
 enum ConfigDefault: Sendable, Equatable {
     /// A TOML value: writing the key with it is the same as leaving the key out.
@@ -71,8 +81,9 @@ enum ConfigDefault: Sendable, Equatable {
     case unset(String)
 }
 
-/// One config key, declared once: its name, table, value, default and one-line doc, and how a
-/// value read from TOML is set on the `Settings` the table decodes into. The decoder reads a
+/// One config key, declared once: its name, table, value, default, one-line doc and when a new
+/// value takes effect, and how a value read from TOML is set on the `Settings` the table decodes
+/// into. The decoder reads a
 /// table only through its keys' declarations (`ConfigSchema`): a key not declared is unknown.
 struct ConfigKey<Settings>: Sendable {
     let name: String
@@ -84,6 +95,10 @@ struct ConfigKey<Settings>: Sendable {
     let doc: String
     /// Reads the TOML value at a key path and sets it; a problem becomes a finding.
     let decode: @Sendable (inout ConfigDecoder, TOMLValueConvertible, [String], inout Settings) -> Void
+    /// `.reload` unless the declaration says `restartOnly` or `appliedByEgress`.
+    private(set) var effect = ConfigEffect.reload
+    /// For a restart-only key: whether the running and the loaded settings differ in it.
+    private(set) var differs: (@Sendable (_ running: Settings, _ loaded: Settings) -> Bool)?
 
     init(_ name: String, _ section: ConfigSection, _ value: ConfigValue, default defaultValue: ConfigDefault, values: String? = nil,
          doc: String, decode: @escaping @Sendable (inout ConfigDecoder, TOMLValueConvertible, [String], inout Settings) -> Void) {
@@ -91,9 +106,25 @@ struct ConfigKey<Settings>: Sendable {
             = (name, section, value, defaultValue, values, doc, decode)
     }
 
+    /// The key read at the start only, into `setting`: a reload that changes it cannot apply it.
+    func restartOnly<Value: Equatable & Sendable>(_ setting: KeyPath<Settings, Value> & Sendable) -> Self {
+        var key = self
+        key.effect = .restart
+        key.differs = { running, loaded in running[keyPath: setting] != loaded[keyPath: setting] }
+        return key
+    }
+
+    /// The key read by `pinproxy egress apply`, not by the daemon.
+    func appliedByEgress() -> Self {
+        var key = self
+        key.effect = .egressApply
+        return key
+    }
+
     /// The key's declaration without its decoder, for `check`'s hints and the docs.
     var declaration: ConfigKeyDeclaration {
-        ConfigKeyDeclaration(name: name, section: section, value: value, defaultValue: defaultValue, values: values ?? value.written, doc: doc)
+        ConfigKeyDeclaration(name: name, section: section, value: value, defaultValue: defaultValue, values: values ?? value.written, doc: doc,
+                             effect: effect)
     }
 }
 
@@ -105,6 +136,7 @@ struct ConfigKeyDeclaration: Sendable {
     let defaultValue: ConfigDefault
     let values: String
     let doc: String
+    let effect: ConfigEffect
 }
 
 // MARK: Typed declarations
@@ -180,4 +212,10 @@ struct ConfigKeys<Settings>: Sendable {
     subscript(name: String) -> ConfigKey<Settings>? { byName[name].map { keys[$0] } }
 
     var declarations: [ConfigKeyDeclaration] { keys.map(\.declaration) }
+
+    /// The restart-only keys that differ between the `running` and the `loaded` settings, in
+    /// declaration order.
+    func restartOnlyChanges(from running: Settings, to loaded: Settings) -> [String] {
+        keys.compactMap { key in key.differs?(running, loaded) == true ? key.name : nil }
+    }
 }

@@ -2,8 +2,9 @@ import Foundation
 import PinproxyInterop
 
 /// Every config key, declared once: the decoder reads tables through these, `check`'s
-/// unknown-key hints come from them, and a test holds `config/pinproxy.toml` and the key tables
-/// of `docs/configuration.md` to them. The order of each list is the order hints name keys in.
+/// unknown-key hints and a reload's restart-only warning come from them, and a test holds
+/// `config/pinproxy.toml` and the key tables of `docs/configuration.md` to them. The order of
+/// each list is the order hints and the warning name keys in.
 enum ConfigSchema {
     /// The top-level tables (`[resolve]`'s keys are host names, `[hosts]`'s patterns and
     /// `[clients]`'s selectors: they are not declared).
@@ -13,30 +14,30 @@ enum ConfigSchema {
         .init("listen", .proxy, .strings, default: .value(#"["127.0.0.1:3128"]"#), values: "list of IP:PORT",
               doc: #"addresses to accept CONNECT on (IP literal and port; IPv6 as `"[::1]:3128"`); not bound when systemd passes sockets"#) {
             if let addresses = $0.listenAddresses($1, $2, allowEmpty: false) { $3.listen = addresses }
-        },
+        }.restartOnly(\.listen),
+        .init("transparent_listen", .proxy, .strings, default: .unset("none"), values: "list of IP:PORT",
+              doc: "the egress lock's listener ([deployment.md](deployment.md#enforce-for-every-process))") {
+            if let addresses = $0.listenAddresses($1, $2, allowEmpty: true) { $3.transparentListen = addresses }
+        }.restartOnly(\.transparentListen),
         .nonEmptyString("ca_dir", .proxy,
                         default: .unset("`$STATE_DIRECTORY`, else `/var/lib/pinproxy` (root), else `$XDG_STATE_HOME/pinproxy` or `~/.local/state/pinproxy`"),
-                        doc: "where the local CA is created and kept (key 0600, directory 0700)") { $0.caDirectory = $1 },
+                        doc: "where the local CA is created and kept (key 0600, directory 0700)") { $0.caDirectory = $1 }.restartOnly(\.caDirectory),
         .ports("allow_ports", .proxy, default: .value("[443]"),
                doc: "destination ports a CONNECT may name (an entry's `ports` overrides it)") { $0.allowPorts = $1 },
         .bool("block_private_destinations", .proxy, default: .value("true"),
               doc: "refuse destinations that resolve to special-purpose addresses (`destination-denied`; see [how-it-works.md](how-it-works.md#the-data-flow))") {
             $0.blockPrivateDestinations = $1
         },
+        .integer("workers", .proxy, in: 1...256, default: .unset("one per core"), doc: "event loops") { $0.workers = $1 }.restartOnly(\.workers),
+        .choice("log_format", .proxy, ProxySettings.LogFormat.self, default: .value(#""logfmt""#),
+                doc: "one line per decision and per closed tunnel, on stderr") { $0.logFormat = $1 }.restartOnly(\.logFormat),
         .init("metrics_listen", .proxy, .string, default: .unset("off"), values: "IP:PORT",
               doc: "`/metrics` and `/healthz` ([logs-and-metrics.md](logs-and-metrics.md#metrics-and-health))") { decoder, value, keyPath, proxy in
             guard let text = decoder.string(value, keyPath) else { return }
             if let address = ListenAddress(text) { proxy.metricsListen = address } else {
                 decoder.error(keyPath, "proxy.metrics_listen: \"\(text)\" is not IP:PORT (for example \"127.0.0.1:9128\")")
             }
-        },
-        .init("transparent_listen", .proxy, .strings, default: .unset("none"), values: "list of IP:PORT",
-              doc: "the egress lock's listener ([deployment.md](deployment.md#enforce-for-every-process)); restart-only") {
-            if let addresses = $0.listenAddresses($1, $2, allowEmpty: true) { $3.transparentListen = addresses }
-        },
-        .choice("log_format", .proxy, ProxySettings.LogFormat.self, default: .value(#""logfmt""#),
-                doc: "one line per decision and per closed tunnel, on stderr") { $0.logFormat = $1 },
-        .integer("workers", .proxy, in: 1...256, default: .unset("one per core"), doc: "event loops") { $0.workers = $1 },
+        }.restartOnly(\.metricsListen),
         .seconds("request_timeout", .proxy, default: .value("10"), doc: "the whole CONNECT request, from accept to the blank line") {
             $0.requestTimeout = $1
         },
@@ -64,7 +65,7 @@ enum ConfigSchema {
             $0.refusal = $1
         },
         .nonEmptyString("pid_file", .proxy, default: .unset("none"),
-                        doc: "for `pinproxy reload`, outside systemd ([deployment.md](deployment.md#reload))") { $0.pidFile = $1 },
+                        doc: "for `pinproxy reload`, outside systemd ([deployment.md](deployment.md#reload))") { $0.pidFile = $1 }.restartOnly(\.pidFile),
         .init("report_to", .proxy, .strings, default: .unset("none"), values: #"list of "file:PATH" or https:// URLs"#,
               doc: "pin-failure report destinations ([logs-and-metrics.md](logs-and-metrics.md#pin-failure-reports-report_to))") { decoder, value, keyPath, proxy in
             guard let texts = decoder.strings(value, keyPath) else { return }
@@ -75,7 +76,7 @@ enum ConfigSchema {
                 }
             }
             proxy.reportTo = destinations
-        },
+        }.restartOnly(\.reportTo),
         .integer("report_rate_limit", .proxy, in: 1...Int.max, default: .value("600"), doc: "reports a minute, all hosts together") {
             $0.reportRateLimit = $1
         },
@@ -87,7 +88,7 @@ enum ConfigSchema {
                  doc: "seconds an exit status is reused; 0 runs the command every time") { $0.verifyCommandCache = TimeInterval($1) },
         .integer("verify_command_concurrency", .proxy, in: 1...64, default: .value("4"), doc: "custom checks running at once") {
             $0.verifyCommandConcurrency = $1
-        },
+        }.restartOnly(\.verifyCommandConcurrency),
         .seconds("client_identity_timeout", .proxy, default: .value("2"),
                  doc: "with `[clients]`, looking up the client's user name, unit and program off the loop ([policy per client](#policy-per-client-clients))") {
             $0.clientIdentityTimeout = $1
@@ -101,11 +102,11 @@ enum ConfigSchema {
             decoder, value, keyPath, capture in
             // Empty is allowed: nothing is captured.
             if value.array?.isEmpty == true { capture.ports = [] } else if let ports = decoder.ports(value, keyPath) { capture.ports = ports.sorted() }
-        },
-        .bool("local", .capture, default: .value("false"), doc: "true: this host's own addresses are captured too") { $0.local = $1 },
+        }.appliedByEgress(),
+        .bool("local", .capture, default: .value("false"), doc: "true: this host's own addresses are captured too") { $0.local = $1 }.appliedByEgress(),
         .bool("block_quic", .capture, default: .value("true"), doc: "outgoing UDP to these ports is rejected (HTTP/3 falls back to TCP)") {
             $0.blockQUIC = $1
-        },
+        }.appliedByEgress(),
         .init("exempt_users", .capture, .strings, default: .value(#"["pinproxy"]"#), values: "list of user names",
               doc: "their processes (pinproxy's own) go out uncaptured") { decoder, value, keyPath, capture in
             guard let names = decoder.strings(value, keyPath) else { return }
@@ -113,7 +114,7 @@ enum ConfigSchema {
                 decoder.error(keyPath, element: name, "capture.exempt_users: \"\(name)\" is not a user name (letters, digits, \"_\", \"-\" and \".\", not starting with \"-\")")
             }
             capture.exemptUsers = names
-        },
+        }.appliedByEgress(),
     ])
 
     static let clients = ConfigKeys<RawClientSection>([
@@ -125,4 +126,12 @@ enum ConfigSchema {
             $0.enforce = $1
         },
     ])
+}
+
+extension ProxySettings {
+    /// The restart-only keys whose values differ between these settings (the running daemon's)
+    /// and `loaded`: those a reload cannot apply.
+    public func restartOnlyChanges(to loaded: ProxySettings) -> [String] {
+        ConfigSchema.proxy.restartOnlyChanges(from: self, to: loaded)
+    }
 }

@@ -11,6 +11,7 @@ import PinproxyService
 public final class Daemon {
     private let configPath: String?
     private let shared: SharedState
+    /// The [proxy] settings it started with: what a restart-only key holds until the next start.
     private let settings: ProxySettings
     private let control: EventLoop
     private var workers: [Worker] = []
@@ -209,7 +210,7 @@ public final class Daemon {
                 for warning in config.warnings + environment {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])
                 }
-                let restartOnly = Self.restartOnlyChanges(from: settings, to: config.proxy)
+                let restartOnly = settings.restartOnlyChanges(to: config.proxy)
                 if !restartOnly.isEmpty {
                     shared.log.emit(.warning, "reload", [(.detail, "\(restartOnly.joined(separator: ", ")) changed: restart-only settings, they take effect at the next start")])
                 }
@@ -220,21 +221,6 @@ public final class Daemon {
                                                    (.detail, "the previous policy stays in force")])
             }
         }
-    }
-
-    /// The settings a reload cannot apply that differ from those the daemon started with.
-    static func restartOnlyChanges(from running: ProxySettings, to loaded: ProxySettings) -> [String] {
-        var changed: [String] = []
-        if loaded.listen != running.listen { changed.append("listen") }
-        if loaded.transparentListen != running.transparentListen { changed.append("transparent_listen") }
-        if loaded.caDirectory != running.caDirectory { changed.append("ca_dir") }
-        if loaded.workers != running.workers { changed.append("workers") }
-        if loaded.logFormat != running.logFormat { changed.append("log_format") }
-        if loaded.metricsListen != running.metricsListen { changed.append("metrics_listen") }
-        if loaded.pidFile != running.pidFile { changed.append("pid_file") }
-        if loaded.reportTo != running.reportTo { changed.append("report_to") }
-        if loaded.verifyCommandConcurrency != running.verifyCommandConcurrency { changed.append("verify_command_concurrency") }
-        return changed
     }
 
     /// Stops accepting, then stops the loops once no connection is open or `drain_timeout` passed.

@@ -14,6 +14,15 @@ final class ConfigSchemaTests: XCTestCase {
         ("## Policy per client: `[clients]`", ConfigSchema.clients.declarations),
     ]
 
+    /// What the meaning column adds after a key's doc for when a new value takes effect.
+    static func effectMark(_ effect: ConfigEffect) -> String {
+        switch effect {
+        case .reload: ""
+        case .restart: "; restart-only"
+        case .egressApply: "; applied by `pinproxy egress apply`"
+        }
+    }
+
     /// A table of docs/configuration.md as the declarations give it.
     static func table(_ keys: [ConfigKeyDeclaration]) -> String {
         var lines = ["| key | values | default | meaning |", "|---|---|---|---|"]
@@ -22,7 +31,7 @@ final class ConfigSchemaTests: XCTestCase {
             case .value(let value): "`\(value)`"
             case .unset(let words): words
             }
-            lines.append("| \(key.name) | \(key.values.replacingOccurrences(of: "|", with: "\\|")) | \(defaultValue) | \(key.doc) |")
+            lines.append("| \(key.name) | \(key.values.replacingOccurrences(of: "|", with: "\\|")) | \(defaultValue) | \(key.doc)\(effectMark(key.effect)) |")
         }
         return lines.joined(separator: "\n")
     }
@@ -55,11 +64,14 @@ final class ConfigSchemaTests: XCTestCase {
         XCTAssertNil(Self.tableDifference(docs), "docs/configuration.md")
     }
 
-    /// A docs text with one row changed fails the comparison (the test above can fail).
+    /// A docs text with one row changed (a value, a name, a restart-only mark) fails the
+    /// comparison (the test above can fail).
     func testAChangedRowIsADifference() throws {
         let docs = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
         for (old, new) in [("| idle_timeout | seconds, more than 0 and at most 86400 | `300` |", "| idle_timeout | seconds, more than 0 and at most 86400 | `30` |"),
-                           ("| block_quic |", "| block_udp |"), ("| require_web_pki_profile |", "| require_webpki_profile |")] {
+                           ("| block_quic |", "| block_udp |"), ("| require_web_pki_profile |", "| require_webpki_profile |"),
+                           ("| event loops; restart-only |", "| event loops |"),
+                           ("| reports a minute, all hosts together |", "| reports a minute, all hosts together; restart-only |")] {
             XCTAssertTrue(docs.contains(old), old)
             XCTAssertNotNil(Self.tableDifference(docs.replacingOccurrences(of: old, with: new)), new)
         }
