@@ -53,13 +53,13 @@ enum ConfigSchema {
         },
         .seconds("drain_timeout", .proxy, default: .value("30"), doc: "on SIGTERM, how long open tunnels may finish") {
             $0.drainTimeout = $1
-        },
+        }.restartOnly(\.drainTimeout),
         .integer("max_connections", .proxy, in: 1...1_000_000, default: .unset("what the open-file limit allows"),
                  doc: "open client connections at most") { $0.maxConnections = $1 },
         .integer("relay_buffer_bytes", .proxy, in: 4_096...(64 << 20), default: .value("262144"),
                  doc: "bytes per direction (256 KiB by default), before reading pauses") { $0.relayBufferBytes = $1 },
         .seconds("admin_timeout", .proxy, default: .value("10"),
-                 doc: "each `metrics_listen` request in total, from accept to the answer") { $0.adminTimeout = $1 },
+                 doc: "each `metrics_listen` request in total, from accept to the answer") { $0.adminTimeout = $1 }.restartOnly(\.adminTimeout),
         .choice("refusal", .proxy, ProxySettings.RefusalDelivery.self, default: .value(#""connect""#),
                 doc: "how a refusal is answered ([trust-decisions.md](trust-decisions.md#the-refusal-inside-tls-refusal--in-tls))") {
             $0.refusal = $1

@@ -12,6 +12,8 @@ final class ConfigReloadTests: XCTestCase {
         "workers": "the worker count in Daemon.init",
         "log_format": "the AccessLog made in Daemon.init",
         "metrics_listen": "the AdminHTTPServer made in Daemon.init",
+        "drain_timeout": "Daemon.settings, the start's, read by drain()",
+        "admin_timeout": "the AdminHTTPServer's requestTimeout, set in Daemon.init",
         "pid_file": "written by `pinproxy run` before the daemon starts",
         "report_to": "SharedState.reports, made at the start",
         "verify_command_concurrency": "SharedState.customChecks, made at the start",
@@ -38,7 +40,7 @@ final class ConfigReloadTests: XCTestCase {
         XCTAssertEqual(Set(declared), Set(Self.readAtStart.keys))
         // The warning names them in the order it always has (the declarations' order).
         XCTAssertEqual(declared, ["listen", "transparent_listen", "ca_dir", "workers", "log_format", "metrics_listen",
-                                  "pid_file", "report_to", "verify_command_concurrency"])
+                                  "drain_timeout", "admin_timeout", "pid_file", "report_to", "verify_command_concurrency"])
         // The daemon reads no other table at its start: [capture] is the egress lock's.
         XCTAssertTrue(ConfigSchema.capture.declarations.allSatisfy { $0.effect == .egressApply })
         XCTAssertTrue((ConfigSchema.policy.declarations + ConfigSchema.clients.declarations).allSatisfy { $0.effect == .reload })

@@ -1,7 +1,8 @@
 """Safe to run, easy to operate: `--version`; `ca --bundle`; `check` on a [resolve] entry that
 block_private_destinations makes unreachable; `evaluate` without --config and its wording on an
-unverified chain; a reload that changes a restart-only setting (metrics_listen); and the
-connection limit derived from the open-file limit (no warning at a default start)."""
+unverified chain; a reload that changes restart-only settings (metrics_listen, the drain and admin
+timeouts); and the connection limit derived from the open-file limit (no warning at a default
+start)."""
 
 from __future__ import annotations
 
@@ -146,6 +147,20 @@ def test_reload_that_adds_metrics_listen_warns_it_needs_a_restart(make_proxy):
     warning = p.wait_for_log(lambda l: l.get("event") == "reload" and l.get("level") == "warning", since=mark,
                              what="a reload warning")
     assert "metrics_listen" in warning["detail"] and "next start" in warning["detail"], warning.raw
+
+
+def test_reload_that_changes_drain_and_admin_timeouts_warns_they_need_a_restart(make_proxy):
+    # The drain reads the start's drain_timeout, and the metrics server its admin_timeout.
+    p = make_proxy(proxy={"allow_ports": [443], "metrics_listen": f"127.0.0.1:{free_port()}"})
+    p.proxy_keys.update(drain_timeout=5, admin_timeout=3, workers=3, idle_timeout=30)
+    p.write_config()
+    mark = p.mark()
+    line = p.reload()
+    assert line.get("outcome") == "ok", line.raw
+    warning = p.wait_for_log(lambda l: l.get("event") == "reload" and l.get("level") == "warning", since=mark,
+                             what="a reload warning")
+    assert warning["detail"] == ("workers, drain_timeout, admin_timeout changed: restart-only settings, "
+                                 "they take effect at the next start"), warning.raw
 
 
 # ---------------------------------------------------------------- daemon: connection limit
