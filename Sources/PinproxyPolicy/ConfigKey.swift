@@ -83,8 +83,8 @@ enum ConfigDefault: Sendable, Equatable {
 
 /// One config key, declared once: its name, table, value, default, one-line doc and when a new
 /// value takes effect, and how a value read from TOML is set on the `Settings` the table decodes
-/// into. The decoder reads a
-/// table only through its keys' declarations (`ConfigSchema`): a key not declared is unknown.
+/// into. The decoder reads a table only through its keys' declarations (`ConfigSchema`): a key
+/// not declared is unknown.
 struct ConfigKey<Settings>: Sendable {
     let name: String
     let section: ConfigSection
