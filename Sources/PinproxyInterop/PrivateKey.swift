@@ -44,14 +44,7 @@ public final class PrivateKey: @unchecked Sendable {
     }
 }
 
-/// Issues the certificates of pinproxy's local interception CA.
-public enum CertificateBuilder {
-    /// The name a minted leaf is for.
-    public enum SubjectName: Sendable {
-        case dns(String)
-        case ip(IPAddress)
-    }
-
+extension CertificateBuilder {
     /// A self-signed CA certificate for `key` (basicConstraints CA:TRUE, pathlen 0), limited to
     /// TLS servers by its extendedKeyUsage: verifiers that apply a CA's EKU to the chain below
     /// it (OpenSSL, Windows, NSS) then refuse code-signing or e-mail certificates it signed.
