@@ -3,17 +3,6 @@ import Foundation
 import COpenSSL
 import CPinproxyShims
 
-/// What a stapled OCSP response says about a certificate.
-public enum StapleStatus: Sendable, Equatable {
-    /// Signed by the issuer, current at the evaluation time, status good.
-    case good
-    /// Signed by the issuer, current, status revoked.
-    case revoked(since: Date?)
-    /// No usable answer: not parseable, not signed by the issuer, about another certificate,
-    /// out of date, or status unknown. The text says which.
-    case unusable(String)
-}
-
 /// Checks stapled OCSP responses against a verified leaf and its issuer.
 public enum OCSPStaple {
     /// Clock skew tolerated on thisUpdate and nextUpdate.
