@@ -54,8 +54,9 @@ let package = Package(
             cSettings: buildInfo
         ),
         // Plain values every other module speaks in (IP and socket addresses, ALPN identifiers,
-        // the ClientHello's offer, file paths, deadlines, process figures, a lock): pure Swift,
-        // no C module, no I/O. Interop re-exports it.
+        // the ClientHello's offer, file paths, deadlines, process figures, a lock, certificate
+        // fields, the errors and outcomes of Interop's calls): pure Swift, no C module, no I/O.
+        // Interop re-exports it.
         .target(
             name: "PinproxyCore"
         ),

@@ -9,21 +9,7 @@ import CPinproxyShims
 /// runs the verdict on `chain` before it trusts the peer with a byte.
 public final class BlockingTLSConnection {
     /// A protocol version to offer, alone.
-    public enum Version: String, CaseIterable, Sendable {
-        case tls13 = "TLS 1.3", tls12 = "TLS 1.2", tls11 = "TLS 1.1", tls10 = "TLS 1.0"
-
-        var openSSLValue: Int32 {
-            switch self {
-            case .tls13: return TLS1_3_VERSION
-            case .tls12: return TLS1_2_VERSION
-            case .tls11: return TLS1_1_VERSION
-            case .tls10: return TLS1_VERSION
-            }
-        }
-
-        /// Versions below TLS 1.2 are deprecated (RFC 8996).
-        public var isDeprecated: Bool { self == .tls11 || self == .tls10 }
-    }
+    public typealias Version = TLSProbeVersion
 
     /// A handshake that did not complete, with the certificates that had arrived.
     public struct HandshakeFailure: Error, CustomStringConvertible {
@@ -256,5 +242,16 @@ public final class BlockingTLSConnection {
             }
         }
         return chain
+    }
+}
+
+extension TLSProbeVersion {
+    var openSSLValue: Int32 {
+        switch self {
+        case .tls13: return TLS1_3_VERSION
+        case .tls12: return TLS1_2_VERSION
+        case .tls11: return TLS1_1_VERSION
+        case .tls10: return TLS1_VERSION
+        }
     }
 }

@@ -183,16 +183,7 @@ extension BufferEvent {
     }
 }
 
-/// Why a TLS handshake failed.
-public struct TLSFailure: Sendable, CustomStringConvertible {
-    public let messages: [String]
-    /// The peers share no protocol version (or the server chose one below the minimum).
-    public let isProtocolVersionMismatch: Bool
-
-    public var description: String {
-        messages.isEmpty ? "the connection closed during the handshake" : messages.joined(separator: "; ")
-    }
-
+extension TLSFailure {
     /// OpenSSL's reasons for a handshake that found no TLS version both sides accept.
     static func isProtocolVersionError(_ code: UInt) -> Bool {
         switch pp_ERR_GET_REASON(code) {

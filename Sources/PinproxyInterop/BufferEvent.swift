@@ -21,12 +21,7 @@ public final class BufferEvent {
     }
 
     /// The result of asking for one line of the input.
-    public enum Line {
-        case line(String)
-        case incomplete
-        case tooLong
-        case notText
-    }
+    public typealias Line = BufferedLine
 
     var handle: OpaquePointer?
     let isTLS: Bool

@@ -156,14 +156,6 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
 // MARK: - Shapes the web-PKI rules read (Sources/PinproxyPolicy/WebPKI)
 
 extension Certificate {
-    /// What RFC 5280 4.1.2.2 asks of a serial number.
-    public struct SerialNumberShape: Sendable, Equatable {
-        public let isNegative: Bool
-        public let isZero: Bool
-        /// The length of its DER encoding's contents, in octets.
-        public let encodedLength: Int
-    }
-
     /// The serial number's sign and encoded length.
     public var serialNumberShape: SerialNumberShape {
         guard let serial = X509_get0_serialNumber(handle), let bn = ASN1_INTEGER_to_BN(serial, nil) else {
@@ -173,13 +165,6 @@ extension Certificate {
         let bits = Int(BN_num_bits(bn))
         // Two's complement: a positive value whose top bit is set takes one more octet.
         return SerialNumberShape(isNegative: BN_is_negative(bn) != 0, isZero: BN_is_zero(bn) != 0, encodedLength: bits / 8 + 1)
-    }
-
-    /// The subject public key's algorithm and size.
-    public struct PublicKeyShape: Sendable, Equatable {
-        public enum Algorithm: Sendable, Equatable { case rsa, dsa, ec, ed25519, ed448, other }
-        public let algorithm: Algorithm
-        public let bits: Int
     }
 
     /// The subject public key's algorithm and size; nil when OpenSSL cannot decode the key.
@@ -207,17 +192,5 @@ final class Derived<Value: Sendable>: Sendable {
 
     init(_ value: Value) {
         self.value = value
-    }
-}
-
-extension Array where Element == UInt8 {
-    /// Whether the bytes look like PEM text rather than DER.
-    var isPEM: Bool {
-        let marker = Array("-----BEGIN".utf8)
-        guard count >= marker.count else { return false }
-        for start in 0...(count - marker.count) where self[start] == marker[0] {
-            if Array(self[start..<start + marker.count]) == marker { return true }
-        }
-        return false
     }
 }

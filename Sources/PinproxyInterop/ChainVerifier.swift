@@ -3,27 +3,7 @@ import Foundation
 import COpenSSL
 import CPinproxyShims
 
-/// One problem OpenSSL found while building and verifying a chain.
-public struct ChainProblem: Sendable, Hashable, CustomStringConvertible {
-    /// The class of problem, independent of OpenSSL's numbering.
-    public enum Kind: Sendable, Hashable {
-        case expired, notYetValid, revoked, revocationUnknown, untrusted
-    }
-
-    public let kind: Kind
-    /// OpenSSL's X509_V_ERR_* code.
-    public let code: Int32
-    /// Position in the chain, 0 being the leaf.
-    public let depth: Int
-    /// OpenSSL's text for the code.
-    public let message: String
-    /// The subject of the certificate concerned, when OpenSSL names one.
-    public let subject: String
-
-    public var description: String {
-        subject.isEmpty ? "\(message) (depth \(depth))" : "\(message) (depth \(depth): \(subject))"
-    }
-
+extension ChainProblem {
     /// True for OpenSSL's codes for a certificate's names against an issuer's name
     /// constraints (reported at the constrained certificate).
     public var isNameConstraintViolation: Bool {

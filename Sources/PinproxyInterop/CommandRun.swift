@@ -1,18 +1,6 @@
 import Glibc
 
-/// Runs a command to completion for the command-line tools (`nft` for `pinproxy egress`,
-/// `update-ca-certificates` for `pinproxy ca --install`), blocking the calling thread: never
-/// used by the daemon. The child inherits the environment; it gets `input` on stdin, and its
-/// stdout and stderr are collected.
-public enum CommandRun {
-    /// How the command ended, and what it wrote.
-    public struct Result: Sendable {
-        /// The exit status, or 128 + the signal that ended it.
-        public let status: Int32
-        public let output: String
-        public let error: String
-    }
-
+extension CommandRun {
     /// Runs `executable` (a path) with `arguments`, writing `input` to its stdin.
     public static func run(_ executable: String, _ arguments: [String], input: [UInt8] = []) throws(SystemError) -> Result {
         var pipes: [[Int32]] = []

@@ -82,12 +82,6 @@ public final class DNSResolver {
     }
 }
 
-/// Why a name did not resolve.
-public struct DNSFailure: Error, CustomStringConvertible {
-    public let message: String
-    public var description: String { message }
-}
-
 /// An outstanding lookup; `cancel` guarantees its completion never runs.
 public final class DNSRequest {
     fileprivate weak var resolver: DNSResolver?

@@ -4,14 +4,6 @@ import Glibc
 // so a file naming `SOCK_STREAM` must import it too (or the build fails depending on batching).
 import CPinproxyShims
 
-/// Why a call on a descriptor failed.
-public enum DescriptorError: Error, Equatable, Sendable {
-    /// The descriptor is not open (`EBADF`).
-    case notOpen
-    /// Another failure of the named call.
-    case system(call: String, errno: Int32)
-}
-
 /// Calls on a descriptor this process was handed rather than opened (socket activation, the
 /// journal's stream): each reports what the kernel said and decides nothing.
 public enum Descriptor {

@@ -3,25 +3,11 @@ import Foundation
 import COpenSSL
 import CPinproxyShims
 
-/// What a stapled OCSP response says about a certificate.
-public enum StapleStatus: Sendable, Equatable {
-    /// Signed by the issuer, current at the evaluation time, status good.
-    case good
-    /// Signed by the issuer, current, status revoked.
-    case revoked(since: Date?)
-    /// No usable answer: not parseable, not signed by the issuer, about another certificate,
-    /// out of date, or status unknown. The text says which.
-    case unusable(String)
-}
-
-/// Checks stapled OCSP responses against a verified leaf and its issuer.
+/// Reads stapled OCSP responses for a verified leaf and its issuer (Policy's `check` judges them).
 public enum OCSPStaple {
-    /// Clock skew tolerated on thisUpdate and nextUpdate.
-    static let skew: TimeInterval = 300
-
-    /// Checks `der` (an OCSPResponse) for `leaf`, issued by `issuer`, at `time`. Only responses
-    /// signed by the issuer itself are accepted (no delegated responders).
-    public static func check(_ der: [UInt8], leaf: Certificate, issuer: Certificate, at time: Date) -> StapleStatus {
+    /// Reads `der` (an OCSPResponse) for `leaf`, issued by `issuer`. Only responses signed by the
+    /// issuer itself are read (no delegated responders).
+    public static func read(_ der: [UInt8], leaf: Certificate, issuer: Certificate) -> StapleReading {
         defer { _ = drainErrorQueue() }
         let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
             var cursor = buffer.baseAddress
@@ -57,15 +43,11 @@ public enum OCSPStaple {
         guard OCSP_resp_find_status(basic, certificateID, &status, &reason, &revokedAt, &thisUpdate, &nextUpdate) == 1 else {
             return .unusable("the staple does not answer for this certificate")
         }
-        guard let produced = date(from: thisUpdate), produced <= time + skew else {
-            return .unusable("the staple is not yet valid")
+        let answered: StapleReading.Status = switch status {
+        case V_OCSP_CERTSTATUS_GOOD: .good
+        case V_OCSP_CERTSTATUS_REVOKED: .revoked(since: date(from: revokedAt))
+        default: .unknown
         }
-        guard let expiry = date(from: nextUpdate) else { return .unusable("the staple has no nextUpdate") }
-        guard time <= expiry + skew else { return .unusable("the staple is out of date (nextUpdate \(expiry))") }
-        switch status {
-        case V_OCSP_CERTSTATUS_GOOD: return .good
-        case V_OCSP_CERTSTATUS_REVOKED: return .revoked(since: date(from: revokedAt))
-        default: return .unusable("the responder does not know the certificate")
-        }
+        return .answer(status: answered, thisUpdate: date(from: thisUpdate), nextUpdate: date(from: nextUpdate))
     }
 }

@@ -3,23 +3,7 @@ import Foundation
 import COpenSSL
 import CPinproxyShims
 
-/// Why the bytes of a certificate, chain or CRL file cannot be used, in words that follow the
-/// file's name: `"bundle.pem" holds a malformed PEM block (block 3, line 25): …`.
-public struct X509ParseError: Error, Sendable, CustomStringConvertible {
-    public let description: String
-}
-
-/// The PEM blocks of a file, every one read by OpenSSL and none skipped: a block OpenSSL cannot
-/// read, or one of another type, is an error naming it, never the silent end of a bundle.
-/// Text outside the blocks (RFC 7468's explanatory text) is allowed.
-enum PEMBlocks {
-    /// One block: its DER bytes, its position and the line of its BEGIN line.
-    struct Block {
-        let der: [UInt8]
-        let number: Int
-        let line: Int
-    }
-
+extension PEMBlocks {
     /// The DER of every block of `bytes`, each of one of `types` (the word after BEGIN); `what`
     /// names the content in errors ("certificate", "CRL").
     static func read(_ bytes: [UInt8], types: Set<String>, what: String) throws(X509ParseError) -> [Block] {
@@ -75,27 +59,5 @@ enum PEMBlocks {
         if let failure { throw failure }
         guard !blocks.isEmpty else { throw X509ParseError(description: "holds no PEM or DER \(what)") }
         return blocks
-    }
-
-    /// The offset and line number of every line that starts (after blanks) with `-----BEGIN`.
-    static func beginLines(_ bytes: [UInt8]) -> [(offset: Int, line: Int)] {
-        let marker = Array("-----BEGIN".utf8)
-        var lines: [(offset: Int, line: Int)] = []
-        var line = 1
-        var index = 0
-        while index < bytes.count {
-            var start = index
-            while start < bytes.count && (bytes[start] == 0x20 || bytes[start] == 0x09) { start += 1 }
-            if bytes[start...].starts(with: marker) { lines.append((index, line)) }
-            guard let newline = bytes[index...].firstIndex(of: 0x0A) else { break }
-            index = newline + 1
-            line += 1
-        }
-        return lines
-    }
-
-    /// A block whose DER does not parse as `what`.
-    static func invalid(_ block: Block, _ what: String) -> X509ParseError {
-        X509ParseError(description: "holds a PEM block that is not a valid \(what) (block \(block.number), line \(block.line))")
     }
 }

@@ -44,14 +44,7 @@ public final class PrivateKey: @unchecked Sendable {
     }
 }
 
-/// Issues the certificates of pinproxy's local interception CA.
-public enum CertificateBuilder {
-    /// The name a minted leaf is for.
-    public enum SubjectName: Sendable {
-        case dns(String)
-        case ip(IPAddress)
-    }
-
+extension CertificateBuilder {
     /// A self-signed CA certificate for `key` (basicConstraints CA:TRUE, pathlen 0), limited to
     /// TLS servers by its extendedKeyUsage: verifiers that apply a CA's EKU to the chain below
     /// it (OpenSSL, Windows, NSS) then refuse code-signing or e-mail certificates it signed.
@@ -160,17 +153,7 @@ extension PrivateKey {
     }
 }
 
-/// The public key found in a key file: a SubjectPublicKeyInfo (PEM `PUBLIC KEY` or DER), or
-/// the public half of an unencrypted private key (PEM or DER; PKCS#8 or traditional). The
-/// private part is dropped as soon as the file is parsed.
-public struct KeyFileContents: Sendable {
-    /// Whether the file held a private key.
-    public let wasPrivate: Bool
-    /// The DER SubjectPublicKeyInfo.
-    public let subjectPublicKeyInfoDER: [UInt8]
-    /// e.g. `EC P-256`, `RSA 3072`, `ED25519`.
-    public let algorithm: String
-
+extension KeyFileContents {
     /// SHA-256 of the DER SubjectPublicKeyInfo.
     public var publicKeySHA256: [UInt8] { SHA256.hash(subjectPublicKeyInfoDER) }
 

@@ -6,10 +6,7 @@ import CPinproxyShims
 /// SSL_OP_NO_RENEGOTIATION: TLS 1.2 renegotiation refused.
 private let noRenegotiation = pp_SSL_OP_NO_RENEGOTIATION()
 
-/// TLS protocol versions pinproxy can require.
-public enum TLSProtocolVersion: Sendable {
-    case tls12, tls13
-
+extension TLSProtocolVersion {
     var openSSLValue: Int32 { self == .tls12 ? TLS1_2_VERSION : TLS1_3_VERSION }
 }
 

@@ -103,16 +103,7 @@ public final class TLSEndpoint {
     // MARK: Reading and writing
 
     /// What one read brought.
-    public enum ReadResult: Equatable {
-        /// This many bytes of application data.
-        case read(Int)
-        /// The SSL needs more bytes than its input has.
-        case wouldBlock
-        /// The SSL must write before it reads on (a TLS 1.3 KeyUpdate answer) and the socket is full.
-        case needsWrite
-        /// close_notify, the end of the stream, or a broken connection.
-        case ended
-    }
+    public typealias ReadResult = TLSReadResult
 
     /// Decrypts at most `maxLength` bytes of application data (at most
     /// `EventLoop.relayScratchBytes`) to the start of its loop's scratch buffer, which every
@@ -134,14 +125,7 @@ public final class TLSEndpoint {
     }
 
     /// What one write did.
-    public enum WriteResult: Equatable {
-        /// The SSL took this many bytes (at least one).
-        case wrote(Int)
-        /// The socket is full.
-        case full
-        /// The connection cannot be written to.
-        case failed
-    }
+    public typealias WriteResult = TLSWriteResult
 
     /// Encrypts and sends what it can of the scratch buffer's `range` (not empty) at once.
     public func writeScratch(_ range: Range<Int>) -> WriteResult {

@@ -16,7 +16,7 @@ extension Certificate {
     }
 }
 
-extension Certificate.NameConstraints {
+extension NameConstraints {
     /// The most subtrees checked against one name (OpenSSL's NAME_CHECK_MAX): more permit nothing.
     static let subtreeLimit = 1 << 20
 
@@ -52,7 +52,7 @@ extension Certificate.NameConstraints {
     }
 }
 
-extension Certificate.GeneralSubtree {
+extension GeneralSubtree {
     /// The subtree's DNS name and whether its bounds are the default; nil for other kinds.
     fileprivate var dnsBase: (name: String, hasDefaultBounds: Bool)? {
         if case .dns(let name) = base { (name, hasDefaultBounds) } else { nil }

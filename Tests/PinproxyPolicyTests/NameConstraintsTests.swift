@@ -40,32 +40,32 @@ final class NameConstraintsTests: XCTestCase {
             ("api.test", "API.Test", true), ("anything.test", "", true), ("api.test", "pi.test", false),
         ]
         for (name, base, expected) in within {
-            XCTAssertEqual(Certificate.NameConstraints.dnsName(name, isWithin: base), expected, "\(name) within \(base)")
+            XCTAssertEqual(NameConstraints.dnsName(name, isWithin: base), expected, "\(name) within \(base)")
         }
     }
 
     func testPermittedAndExcludedSubtrees() {
-        typealias Subtree = Certificate.GeneralSubtree
-        let apiOnly = Certificate.NameConstraints(permitted: [Subtree(base: .dns("api.test"))], excluded: nil)
+        typealias Subtree = GeneralSubtree
+        let apiOnly = NameConstraints(permitted: [Subtree(base: .dns("api.test"))], excluded: nil)
         XCTAssertTrue(apiOnly.permit(dnsName: "x.api.test"))
         XCTAssertFalse(apiOnly.permit(dnsName: "other.test"))
-        let excluding = Certificate.NameConstraints(permitted: [Subtree(base: .dns("api.test"))], excluded: [Subtree(base: .dns("bad.api.test"))])
+        let excluding = NameConstraints(permitted: [Subtree(base: .dns("api.test"))], excluded: [Subtree(base: .dns("bad.api.test"))])
         XCTAssertTrue(excluding.permit(dnsName: "good.api.test"))
         XCTAssertFalse(excluding.permit(dnsName: "x.bad.api.test"))
-        let otherKinds = Certificate.NameConstraints(permitted: [Subtree(base: .ip([10, 0, 0, 0, 255, 0, 0, 0]))], excluded: nil)
+        let otherKinds = NameConstraints(permitted: [Subtree(base: .ip([10, 0, 0, 0, 255, 0, 0, 0]))], excluded: nil)
         XCTAssertTrue(otherKinds.permit(dnsName: "other.test"), "no DNS subtree: DNS names are not constrained")
-        XCTAssertTrue(Certificate.NameConstraints(permitted: nil, excluded: nil).permit(dnsName: "api.test"))
+        XCTAssertTrue(NameConstraints(permitted: nil, excluded: nil).permit(dnsName: "api.test"))
     }
 
     /// Bounds other than the default (minimum 0, no maximum) on a DNS subtree permit nothing,
     /// whether the subtree would match or not; on a subtree of another kind they do not matter.
     func testNonDefaultBoundsPermitNothing() {
-        typealias Subtree = Certificate.GeneralSubtree
-        let bounded = Certificate.NameConstraints(permitted: [Subtree(base: .dns("api.test"), hasDefaultBounds: false)], excluded: nil)
+        typealias Subtree = GeneralSubtree
+        let bounded = NameConstraints(permitted: [Subtree(base: .dns("api.test"), hasDefaultBounds: false)], excluded: nil)
         XCTAssertFalse(bounded.permit(dnsName: "api.test"))
-        let boundedExclusion = Certificate.NameConstraints(permitted: nil, excluded: [Subtree(base: .dns("bad.test"), hasDefaultBounds: false)])
+        let boundedExclusion = NameConstraints(permitted: nil, excluded: [Subtree(base: .dns("bad.test"), hasDefaultBounds: false)])
         XCTAssertFalse(boundedExclusion.permit(dnsName: "api.test"))
-        let boundedIP = Certificate.NameConstraints(permitted: [Subtree(base: .ip([10, 0, 0, 0, 255, 0, 0, 0]), hasDefaultBounds: false)], excluded: nil)
+        let boundedIP = NameConstraints(permitted: [Subtree(base: .ip([10, 0, 0, 0, 255, 0, 0, 0]), hasDefaultBounds: false)], excluded: nil)
         XCTAssertTrue(boundedIP.permit(dnsName: "api.test"))
     }
 }

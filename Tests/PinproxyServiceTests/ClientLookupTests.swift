@@ -53,10 +53,5 @@ final class ClientLookupTests: XCTestCase {
 
     func testHostAddressesHoldLoopback() {
         XCTAssertTrue(HostAddresses.current().contains(IPAddress("127.0.0.1")!))
-        XCTAssertTrue(HostAddresses.isLoopback(IPAddress("127.1.2.3")!))
-        XCTAssertTrue(HostAddresses.isLoopback(IPAddress("::1")!))
-        XCTAssertTrue(HostAddresses.isLoopback(IPAddress("::ffff:127.0.0.1")!))
-        XCTAssertFalse(HostAddresses.isLoopback(IPAddress("192.0.2.1")!))
-        XCTAssertFalse(HostAddresses.isLoopback(IPAddress("::2")!))
     }
 }

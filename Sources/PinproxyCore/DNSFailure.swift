@@ -1,0 +1,9 @@
+/// Why a name did not resolve.
+public struct DNSFailure: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+
+    package init(message: String) {
+        self.message = message
+    }
+}
