@@ -134,35 +134,8 @@ public enum ListeningSockets {
         var found = Set<UInt64>()
         for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
             guard let text = ProcFile.readText(table) else { continue }
-            for line in text.split(separator: "\n").dropFirst() {
-                let fields = line.split(separator: " ")
-                guard fields.count > 9, fields[3] == "0A",  // TCP_LISTEN
-                      let local = parse(fields[1]), let inode = UInt64(fields[9]),
-                      local.port == address.port else { continue }
-                if local.address == address.address || isWildcard(local.address) || isWildcard(address.address) {
-                    found.insert(inode)
-                }
-            }
+            found.formUnion(ProcNetTCP.listeningInodes(in: text, overlapping: address))
         }
         return found
-    }
-
-    private static func isWildcard(_ address: IPAddress) -> Bool {
-        address.bytes.allSatisfy { $0 == 0 }
-    }
-
-    /// `0100007F:0C38`: the address as 32-bit words in host byte order, then the port.
-    private static func parse(_ field: Substring) -> SocketAddress? {
-        let parts = field.split(separator: ":")
-        guard parts.count == 2, let port = UInt16(parts[1], radix: 16), parts[0].count == 8 || parts[0].count == 32 else { return nil }
-        var bytes: [UInt8] = []
-        var rest = parts[0]
-        while !rest.isEmpty {
-            guard let word = UInt32(rest.prefix(8), radix: 16) else { return nil }
-            withUnsafeBytes(of: word) { bytes.append(contentsOf: $0) }  // host order, as the kernel printed it
-            rest = rest.dropFirst(8)
-        }
-        guard let ip = IPAddress(bytes: bytes) else { return nil }
-        return SocketAddress(address: ip.unmapped, port: port)
     }
 }
