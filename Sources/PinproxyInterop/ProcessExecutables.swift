@@ -6,36 +6,6 @@ import Glibc
 /// CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (or being that user). Blocking file-system work:
 /// never on an event loop.
 public enum ProcessExecutables {
-    /// A process holding the socket `inode`, and its executable: processes of `uid` first
-    /// (`hints` before the others), then every other process, until `deadline` (monotonic
-    /// seconds) passes. Nil when none is found in time.
-    public static func holder(ofSocket inode: UInt32, uid: UInt32, hints: [Int32], deadline: TimeInterval) -> (pid: Int32, executable: String)? {
-        let target = Array("socket:[\(inode)]".utf8)
-        var others: [Int32] = []
-        var tried = Set<Int32>()
-        func check(_ pid: Int32) -> (pid: Int32, executable: String)? {
-            guard tried.insert(pid).inserted, holds(pid, target), let executable = executable(ofProcess: pid) else { return nil }
-            return (pid, executable)
-        }
-        for pid in hints where owner(of: pid) == uid {
-            if let found = check(pid) { return found }
-        }
-        for pid in processes() {
-            guard ProcessLimits.monotonicSeconds() < deadline else { return nil }
-            guard owner(of: pid) == uid else {
-                others.append(pid)
-                continue
-            }
-            if let found = check(pid) { return found }
-        }
-        // A process that is not dumpable (it changed its uid, say) has a /proc directory of root's.
-        for pid in others {
-            guard ProcessLimits.monotonicSeconds() < deadline else { return nil }
-            if let found = check(pid) { return found }
-        }
-        return nil
-    }
-
     /// What `/proc/PID/exe` names, without the ` (deleted)` the kernel appends once the file was
     /// replaced (a package upgrade) or removed.
     public static func executable(ofProcess pid: Int32) -> String? {
@@ -86,7 +56,7 @@ public enum ProcessExecutables {
     }
 
     /// The ids of the processes /proc lists.
-    static func processes() -> [Int32] {
+    public static func processes() -> [Int32] {
         guard let directory = opendir("/proc") else { return [] }
         defer { closedir(directory) }
         var pids: [Int32] = []
@@ -100,13 +70,13 @@ public enum ProcessExecutables {
     }
 
     /// The owner of /proc/PID: the process's effective uid while it is dumpable.
-    private static func owner(of pid: Int32) -> UInt32? {
+    public static func owner(of pid: Int32) -> UInt32? {
         var info = stat()
         return stat("/proc/\(pid)", &info) == 0 ? UInt32(info.st_uid) : nil
     }
 
     /// Whether a descriptor of `pid` links to `target` (`socket:[INODE]`).
-    private static func holds(_ pid: Int32, _ target: [UInt8]) -> Bool {
+    public static func holds(_ pid: Int32, _ target: [UInt8]) -> Bool {
         let fdDirectory = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fdDirectory >= 0, let directory = fdopendir(fdDirectory) else {
             if fdDirectory >= 0 { close(fdDirectory) }
