@@ -69,7 +69,7 @@ public final class HTTPServer: @unchecked Sendable {
         let fd = evhttp_bound_socket_get_fd(bound)
         self.http = http
         self.address = address
-        self.boundPort = Self.localPort(of: fd) ?? port
+        self.boundPort = SocketAddress.local(of: fd)?.port ?? port
 
         // Requests are tiny: refuse anything large, cut idle connections.
         var idle = timeval(requestTimeout)
@@ -100,24 +100,6 @@ public final class HTTPServer: @unchecked Sendable {
         gate.takeUnretainedValue().releaseAll()
         router.release()
         gate.release()
-    }
-
-    /// The local port of a bound socket.
-    private static func localPort(of fd: Int32) -> UInt16? {
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let result = withUnsafeMutablePointer(to: &storage) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard result == 0 else { return nil }
-        switch Int32(storage.ss_family) {
-        case AF_INET:
-            return withUnsafeBytes(of: &storage) { UInt16(bigEndian: $0.load(as: sockaddr_in.self).sin_port) }
-        case AF_INET6:
-            return withUnsafeBytes(of: &storage) { UInt16(bigEndian: $0.load(as: sockaddr_in6.self).sin6_port) }
-        default:
-            return nil
-        }
     }
 
     /// The handler and the replies, reached from the C callback.

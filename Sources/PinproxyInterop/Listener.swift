@@ -79,14 +79,7 @@ public final class Listener {
     /// The address the socket is bound to.
     public var localAddress: SocketAddress? {
         guard let handle else { return nil }
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let fd = evconnlistener_get_fd(handle)
-        return withUnsafeMutablePointer(to: &storage) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                getsockname(fd, address, &length) == 0 ? SocketAddress(address) : nil
-            }
-        }
+        return SocketAddress.local(of: evconnlistener_get_fd(handle))
     }
 
     /// The inode of the listening socket, as /proc/net/tcp lists it.
@@ -109,13 +102,6 @@ public final class Listener {
     deinit {
         close()
     }
-}
-
-/// A socket that cannot be bound or used for listening.
-public struct ListenerError: Error, CustomStringConvertible {
-    public let message: String
-    public init(message: String) { self.message = message }
-    public var description: String { message }
 }
 
 /// Closes a socket descriptor that no object owns yet.

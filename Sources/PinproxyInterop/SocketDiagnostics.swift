@@ -42,29 +42,6 @@ public final class SocketDiagnostics {
         return try receive(local: local, remote: remote)
     }
 
-    /// Why client sockets cannot be looked up in this process (a sandbox without AF_NETLINK,
-    /// a kernel without inet_diag), or nil when a loopback connection of its own is found, owned
-    /// by its own user. Without a loopback connection to try, opening the socket is the test.
-    public static func selfTestProblem() -> String? {
-        let diagnostics: SocketDiagnostics
-        do {
-            diagnostics = try SocketDiagnostics()
-        } catch {
-            return error.description
-        }
-        guard let pair = LoopbackConnection() else { return nil }
-        defer { pair.close() }
-        do throws(SystemError) {
-            guard let owner = try diagnostics.lookUp(local: pair.client, remote: pair.server) else {
-                return "a loopback connection of pinproxy's own was not found"
-            }
-            guard owner.uid == geteuid() else { return "a loopback connection of pinproxy's own was reported as uid \(owner.uid), not \(geteuid())" }
-            return nil
-        } catch {
-            return error.description
-        }
-    }
-
     private func send(_ request: [UInt8]) throws(SystemError) {
         while true {
             let sent = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) }
@@ -96,13 +73,13 @@ public final class SocketDiagnostics {
 }
 
 /// A connection from 127.0.0.1 to a listener on 127.0.0.1, left in the listener's queue.
-private struct LoopbackConnection {
+public struct LoopbackConnection {
     let listener: Int32
     let socket: Int32
-    let client: SocketAddress
-    let server: SocketAddress
+    public let client: SocketAddress
+    public let server: SocketAddress
 
-    init?() {
+    public init?() {
         guard let loopback = IPAddress(bytes: [127, 0, 0, 1]) else { return nil }
         let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -116,7 +93,7 @@ private struct LoopbackConnection {
         (self.listener, self.socket, self.client, self.server) = (listener, socket, client, server)
     }
 
-    func close() {
+    public func close() {
         Glibc.close(socket)
         Glibc.close(listener)
     }
