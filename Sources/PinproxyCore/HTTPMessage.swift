@@ -49,3 +49,11 @@ public struct HTTPHeader: Sendable, Equatable {
         self.value = value
     }
 }
+
+/// Why an `HTTPServer` could not start.
+public enum HTTPServerError: Error, Equatable, Sendable {
+    /// `evhttp_new` failed.
+    case createFailed
+    /// Binding failed; `errno` as left by the failing call (0 when unknown).
+    case bindFailed(errno: Int32)
+}

@@ -2,14 +2,6 @@ import Glibc
 import Foundation
 import CLibevent
 
-/// Why an `HTTPServer` could not start.
-public enum HTTPServerError: Error, Equatable, Sendable {
-    /// `evhttp_new` failed.
-    case createFailed
-    /// Binding failed; `errno` as left by the failing call (0 when unknown).
-    case bindFailed(errno: Int32)
-}
-
 /// A small HTTP server on libevent's `evhttp`, sharing an event base the caller runs (pass an
 /// `EventLoop`). Every request goes to one handler, which sees its method and path and
 /// decides the answer; responses carry the handler's headers and `Content-Length` (for HEAD,
