@@ -22,33 +22,20 @@ public enum ProcessExecutables {
         return String(cString: resolved)
     }
 
-    /// Why this process cannot read which program holds another user's socket, or nil when it
-    /// can: it needs CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, and a /proc that shows other users'
-    /// processes and lets them be read (`ProtectProc=`, `hidepid=`, a ptrace policy can forbid it).
-    /// Tried on a process of another user when there is one.
-    public static func otherUsersProblem() -> String? {
-        let uid = geteuid()
-        let missing = [(2, "CAP_DAC_READ_SEARCH"), (19, "CAP_SYS_PTRACE")].filter { !hasEffectiveCapability($0.0) }.map(\.1)
-        guard missing.isEmpty else {
-            return "pinproxy runs as uid \(uid) without \(missing.joined(separator: " and ")), which reading another user's /proc/PID/fd and /proc/PID/exe needs"
+    /// Whether /proc/PID/fd of another process can be opened: nil when it can, else why not
+    /// (`forbidden`: EACCES or EPERM, as `ProtectProc=`, `hidepid=` or a ptrace policy answer).
+    public static func fdDirectoryProblem(of pid: Int32) -> (forbidden: Bool, reason: String)? {
+        let directory = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let code = errno
+        if directory >= 0 {
+            close(directory)
+            return nil
         }
-        for pid in processes() {
-            guard let owner = owner(of: pid), owner != uid else { continue }
-            let directory = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            let code = errno
-            if directory >= 0 {
-                close(directory)
-                return nil
-            }
-            if code == EACCES || code == EPERM {
-                return "/proc/\(pid)/fd of uid \(owner) cannot be read (\(String(cString: strerror(code)))): /proc or ptrace is restricted (ProtectProc=, hidepid=)"
-            }
-        }
-        return nil
+        return (code == EACCES || code == EPERM, String(cString: strerror(code)))
     }
 
     /// Whether capability `bit` is in this process's effective set (`CapEff` of /proc/self/status).
-    private static func hasEffectiveCapability(_ bit: Int) -> Bool {
+    public static func hasEffectiveCapability(_ bit: Int) -> Bool {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
               let mask = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
