@@ -29,6 +29,22 @@ public struct HTTP2Field: Sendable, Equatable {
         self.name = name
         self.value = value
     }
+
+    /// The names and values of `fields` one after the other, and where each lies; with a
+    /// trailing zero, so that the bytes are never empty.
+    public static func packed(_ fields: [HTTP2Field]) -> (bytes: [UInt8], ranges: [(name: Range<Int>, value: Range<Int>)]) {
+        var bytes: [UInt8] = []
+        var ranges: [(name: Range<Int>, value: Range<Int>)] = []
+        for field in fields {
+            let name = bytes.count..<(bytes.count + field.name.utf8.count)
+            bytes += field.name.utf8
+            let value = bytes.count..<(bytes.count + field.value.utf8.count)
+            bytes += field.value.utf8
+            ranges.append((name, value))
+        }
+        bytes.append(0)
+        return (bytes, ranges)
+    }
 }
 
 /// The header fields of one request as they arrive: at most `maximumBytes` of them, counted as

@@ -179,16 +179,8 @@ public final class HTTP2ServerSession {
 
     /// Runs `body` with `fields` as nghttp2 name-value pairs (nghttp2 copies them).
     private static func withNameValuePairs<T>(_ fields: [Field], _ body: (UnsafeMutableBufferPointer<nghttp2_nv>) -> T) -> T {
-        var bytes: [UInt8] = []
-        var ranges: [(name: Range<Int>, value: Range<Int>)] = []
-        for field in fields {
-            let name = bytes.count..<(bytes.count + field.name.utf8.count)
-            bytes += field.name.utf8
-            let value = bytes.count..<(bytes.count + field.value.utf8.count)
-            bytes += field.value.utf8
-            ranges.append((name, value))
-        }
-        bytes.append(0)  // never empty, so the buffer has a base address
+        let (packed, ranges) = HTTP2Field.packed(fields)
+        var bytes = packed  // never empty, so the buffer has a base address
         return bytes.withUnsafeMutableBufferPointer { storage in
             guard let base = storage.baseAddress else { return body(UnsafeMutableBufferPointer(start: nil, count: 0)) }
             var pairs = ranges.map { range in
