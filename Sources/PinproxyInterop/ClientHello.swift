@@ -92,7 +92,6 @@ public final class ClientHelloReader {
         }
         return .some(value)
     }
-
 }
 
 /// The SSL_CTX of the ClientHello readers. Its callback runs before anything else the server
@@ -168,7 +167,6 @@ final class ClientHelloTerms {
             return SSL_TLSEXT_ERR_OK
         }, nil)
     }
-
 }
 
 /// The ex_data slot of `ClientHelloTerms`; OpenSSL releases the reference when it frees the SSL.
