@@ -54,9 +54,10 @@ let package = Package(
             cSettings: buildInfo
         ),
         // Plain values every other module speaks in (IP and socket addresses, ALPN identifiers,
-        // the ClientHello's offer, file paths, deadlines, process figures, a lock, certificate
-        // fields, the errors and outcomes of Interop's calls): pure Swift, no C module, no I/O.
-        // Interop re-exports it.
+        // the ClientHello's offer, HTTP and HTTP/2 messages, file paths, deadlines, process
+        // figures, a lock, a bounded cache, certificate fields, the errors and outcomes of
+        // Interop's calls) and the reading of the bytes and texts the kernel gives (netlink
+        // answers, /proc files): pure Swift, no C module, no I/O. Interop re-exports it.
         .target(
             name: "PinproxyCore"
         ),

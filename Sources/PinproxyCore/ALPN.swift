@@ -39,6 +39,19 @@ public struct ALPNOffer: Hashable, Sendable, CustomStringConvertible {
         self.protocols = protocols
     }
 
+    /// Where `wanted` sits in a client's wire-format offer (the identifier's bytes).
+    public static func range(of wanted: ALPNProtocol, inWire offer: [UInt8]) -> Range<Int>? {
+        var index = 0
+        while index < offer.count {
+            let length = Int(offer[index])
+            let range = (index + 1)..<(index + 1 + length)
+            guard range.upperBound <= offer.count else { return nil }
+            if offer[range].elementsEqual(wanted.bytes) { return range }
+            index = range.upperBound
+        }
+        return nil
+    }
+
     /// The wire form SSL_set_alpn_protos takes.
     public var wire: [UInt8] {
         protocols.flatMap { [UInt8($0.bytes.count)] + $0.bytes }

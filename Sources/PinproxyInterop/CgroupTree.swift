@@ -8,14 +8,7 @@ public enum CgroupTree {
     /// on a hybrid system), from /proc/self/mountinfo; nil when it is not mounted.
     public static func root() -> String? {
         guard let text = ProcFile.readText("/proc/self/mountinfo", limit: 4 << 20) else { return nil }
-        for line in text.split(separator: "\n") {
-            // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPEROPTIONS
-            guard let separator = line.range(of: " - ") else { continue }
-            guard line[separator.upperBound...].hasPrefix("cgroup2 ") else { continue }
-            let fields = line[..<separator.lowerBound].split(separator: " ")
-            if fields.count >= 5 { return unescape(fields[4]) }
-        }
-        return nil
+        return Mountinfo.cgroup2MountPoint(in: text)
     }
 
     /// Every cgroup at or below `path` (relative to `root`, such as `/system.slice`), at most
@@ -39,20 +32,5 @@ public enum CgroupTree {
             }
         }
         return found
-    }
-
-    /// mountinfo writes a space, tab, newline and backslash in a path as `\040`, `\011`, `\012`, `\134`.
-    private static func unescape(_ field: Substring) -> String {
-        var bytes: [UInt8] = []
-        var rest = Array(field.utf8)[...]
-        while let byte = rest.popFirst() {
-            if byte == UInt8(ascii: "\\"), rest.count >= 3, let value = UInt8(String(decoding: rest.prefix(3), as: UTF8.self), radix: 8) {
-                bytes.append(value)
-                rest = rest.dropFirst(3)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -69,7 +69,7 @@ public final class ClientHelloReader {
 
     /// Called by OpenSSL once the whole ClientHello has arrived.
     fileprivate func received(_ ssl: OpaquePointer) {
-        guard let serverName = Self.extensionBody(ssl, TLSEXT_TYPE_server_name, Self.serverName),
+        guard let serverName = Self.extensionBody(ssl, TLSEXT_TYPE_server_name, { ClientHello.serverName(inList: Array($0)) }),
               let alpn = Self.extensionBody(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, { ALPNOffer(wire: Array($0)) }) else {
             malformed = true
             return
@@ -91,21 +91,6 @@ public final class ClientHelloReader {
             return nil
         }
         return .some(value)
-    }
-
-    /// The first `host_name` of a server_name list (RFC 6066 §3): a type byte, a two-byte
-    /// length, the name. Nil when the list is malformed or holds no host name.
-    private static func serverName(_ list: UnsafeBufferPointer<UInt8>) -> String? {
-        var index = 0
-        while index + 3 <= list.count {
-            let type = list[index]
-            let length = Int(list[index + 1]) << 8 | Int(list[index + 2])
-            let name = (index + 3)..<(index + 3 + length)
-            guard length > 0, name.upperBound <= list.count else { return nil }
-            if type == 0 { return String(decoding: UnsafeBufferPointer(rebasing: list[name]), as: UTF8.self) }
-            index = name.upperBound
-        }
-        return nil
     }
 }
 
@@ -138,12 +123,11 @@ private let probeContext = ProbeContext()
 /// it offers. Held by the client-side SSL in its own ex_data slot, and released when OpenSSL
 /// frees that SSL.
 final class ClientHelloTerms {
-    /// The expected SNI: lowercase ASCII, no trailing dot.
-    let serverName: [UInt8]?
+    let serverName: ExpectedServerName
     let applicationProtocols: [ALPNProtocol]
 
     init(serverName: String?, applicationProtocols: [ALPNProtocol]) {
-        self.serverName = serverName.map { Array($0.lowercased().utf8) }
+        self.serverName = ExpectedServerName(serverName)
         self.applicationProtocols = applicationProtocols
     }
 
@@ -166,14 +150,15 @@ final class ClientHelloTerms {
     static func install(on context: OpaquePointer) {
         pp_SSL_CTX_set_tlsext_servername_callback(context) { ssl, alert, _ in
             guard let terms = ClientHelloTerms.of(ssl) else { return SSL_TLSEXT_ERR_OK }
-            if terms.acceptsServerName(ssl.flatMap { SSL_get_servername($0, TLSEXT_NAMETYPE_host_name) }) { return SSL_TLSEXT_ERR_OK }
+            let sent = ssl.flatMap { SSL_get_servername($0, TLSEXT_NAMETYPE_host_name) }.map { String(cString: $0) }
+            if terms.serverName.accepts(sent) { return SSL_TLSEXT_ERR_OK }
             alert?.pointee = SSL_AD_UNRECOGNIZED_NAME
             return SSL_TLSEXT_ERR_ALERT_FATAL
         }
         SSL_CTX_set_alpn_select_cb(context, { ssl, out, outLength, offered, offeredLength, _ in
             guard let terms = ClientHelloTerms.of(ssl), let offered,
                   let range = terms.applicationProtocols.lazy.compactMap({
-                      ClientHelloTerms.find($0, in: UnsafeBufferPointer(start: offered, count: Int(offeredLength)))
+                      ALPNOffer.range(of: $0, inWire: Array(UnsafeBufferPointer(start: offered, count: Int(offeredLength))))
                   }).first else {
                 return SSL_TLSEXT_ERR_NOACK
             }
@@ -181,28 +166,6 @@ final class ClientHelloTerms {
             outLength?.pointee = UInt8(range.count)
             return SSL_TLSEXT_ERR_OK
         }, nil)
-    }
-
-    /// A client that sends no SNI is accepted; one that does must name the expected host
-    /// (ASCII case-insensitively, one trailing dot ignored).
-    private func acceptsServerName(_ sent: UnsafePointer<CChar>?) -> Bool {
-        guard let serverName, let sent else { return true }
-        var name = Array(String(cString: sent).utf8)
-        if name.last == UInt8(ascii: ".") { name.removeLast() }
-        return name.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 } == serverName
-    }
-
-    /// Where `wanted` sits in a client's wire-format offer (the identifier's bytes).
-    private static func find(_ wanted: ALPNProtocol, in offer: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
-        var index = 0
-        while index < offer.count {
-            let length = Int(offer[index])
-            let range = (index + 1)..<(index + 1 + length)
-            guard range.upperBound <= offer.count else { return nil }
-            if offer[range].elementsEqual(wanted.bytes) { return range }
-            index = range.upperBound
-        }
-        return nil
     }
 }
 

@@ -7,31 +7,8 @@ import CNghttp2
 /// counted as HPACK does: name, value and 32 bytes each) and answers one stream. It announces
 /// one concurrent stream and that header-list size. Owns the nghttp2 session and frees it once.
 public final class HTTP2ServerSession {
-    /// The first request, once its header block is complete.
-    public struct Request: Sendable {
-        public let streamID: Int32
-        /// Its header fields in order, pseudo-header fields (`:method`, `:path`) included, up to
-        /// `maximumFieldBytes`; nghttp2 has checked they are well-formed (lower-case names).
-        public let fields: [Field]
-        /// Whether fields past `maximumFieldBytes` were left out.
-        public let truncated: Bool
-
-        /// The value of the first field called `name` (lower case).
-        public func value(of name: String) -> String? {
-            fields.first { $0.name == name }?.value
-        }
-    }
-
-    /// One header field.
-    public struct Field: Sendable, Equatable {
-        public let name: String
-        public let value: String
-
-        public init(_ name: String, _ value: String) {
-            self.name = name
-            self.value = value
-        }
-    }
+    public typealias Request = HTTP2Request
+    public typealias Field = HTTP2Field
 
     /// What nghttp2 refused (a protocol error of the peer, or of a call).
     public struct Failure: Error, CustomStringConvertible {
@@ -43,12 +20,9 @@ public final class HTTP2ServerSession {
     }
 
     private var session: OpaquePointer?
-    private let maximumFieldBytes: Int
     /// The stream of the first request and its fields so far.
     private var firstStream: Int32?
-    private var fields: [Field] = []
-    private var fieldBytes = 0
-    private var truncated = false
+    private var fields: HTTP2FieldCollector
     public private(set) var firstRequest: Request?
     /// The response body of the answered stream, and how much of it nghttp2 has taken.
     private var body: [UInt8] = []
@@ -60,7 +34,7 @@ public final class HTTP2ServerSession {
     /// A server session that has queued its SETTINGS (one concurrent stream, a header list of
     /// at most `maximumFieldBytes`).
     public init(maximumFieldBytes: Int) throws {
-        self.maximumFieldBytes = maximumFieldBytes
+        fields = HTTP2FieldCollector(maximumBytes: maximumFieldBytes)
         var callbacks: OpaquePointer?
         guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
             throw Failure("nghttp2_session_callbacks_new", Int(NGHTTP2_ERR_NOMEM.rawValue))
@@ -133,19 +107,13 @@ public final class HTTP2ServerSession {
     }
 
     private func header(_ frame: nghttp2_frame, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        guard frame.hd.stream_id == firstStream, firstRequest == nil, !truncated else { return }
-        let size = name.count + value.count + 32
-        guard fieldBytes + size <= maximumFieldBytes else {
-            truncated = true
-            return
-        }
-        fieldBytes += size
-        fields.append(Field(String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        guard frame.hd.stream_id == firstStream, firstRequest == nil else { return }
+        fields.append(name: name, value: value)
     }
 
     private func received(_ frame: nghttp2_frame) {
         guard frame.hd.type == UInt8(NGHTTP2_HEADERS.rawValue), frame.hd.stream_id == firstStream, firstRequest == nil else { return }
-        firstRequest = Request(streamID: frame.hd.stream_id, fields: fields, truncated: truncated)
+        firstRequest = Request(streamID: frame.hd.stream_id, fields: fields.fields, truncated: fields.truncated)
     }
 
     private func sent(_ frame: nghttp2_frame) {
@@ -211,16 +179,8 @@ public final class HTTP2ServerSession {
 
     /// Runs `body` with `fields` as nghttp2 name-value pairs (nghttp2 copies them).
     private static func withNameValuePairs<T>(_ fields: [Field], _ body: (UnsafeMutableBufferPointer<nghttp2_nv>) -> T) -> T {
-        var bytes: [UInt8] = []
-        var ranges: [(name: Range<Int>, value: Range<Int>)] = []
-        for field in fields {
-            let name = bytes.count..<(bytes.count + field.name.utf8.count)
-            bytes += field.name.utf8
-            let value = bytes.count..<(bytes.count + field.value.utf8.count)
-            bytes += field.value.utf8
-            ranges.append((name, value))
-        }
-        bytes.append(0)  // never empty, so the buffer has a base address
+        let (packed, ranges) = HTTP2Field.packed(fields)
+        var bytes = packed  // never empty, so the buffer has a base address
         return bytes.withUnsafeMutableBufferPointer { storage in
             guard let base = storage.baseAddress else { return body(UnsafeMutableBufferPointer(start: nil, count: 0)) }
             var pairs = ranges.map { range in

@@ -2,49 +2,6 @@ import Glibc
 import Foundation
 import CLibevent
 
-/// A request as `HTTPServer` hands it to its handler.
-public struct HTTPRequest: Sendable {
-    public enum Method: Sendable {
-        case get, head, other
-    }
-
-    public let method: Method
-    /// The path without query or fragment; "" when it has none.
-    public let path: String
-}
-
-/// What the handler answers: a status, headers in order, and a body (not sent for HEAD).
-public struct HTTPResponse: Sendable, Equatable {
-    public var status: Int
-    public var headers: [HTTPHeader]
-    public var body: [UInt8]
-
-    public init(status: Int, headers: [HTTPHeader], body: [UInt8]) {
-        self.status = status
-        self.headers = headers
-        self.body = body
-    }
-}
-
-/// One response header.
-public struct HTTPHeader: Sendable, Equatable {
-    public let name: String
-    public let value: String
-
-    public init(_ name: String, _ value: String) {
-        self.name = name
-        self.value = value
-    }
-}
-
-/// Why an `HTTPServer` could not start.
-public enum HTTPServerError: Error, Equatable, Sendable {
-    /// `evhttp_new` failed.
-    case createFailed
-    /// Binding failed; `errno` as left by the failing call (0 when unknown).
-    case bindFailed(errno: Int32)
-}
-
 /// A small HTTP server on libevent's `evhttp`, sharing an event base the caller runs (pass an
 /// `EventLoop`). Every request goes to one handler, which sees its method and path and
 /// decides the answer; responses carry the handler's headers and `Content-Length` (for HEAD,
@@ -104,7 +61,7 @@ public final class HTTPServer: @unchecked Sendable {
         let fd = evhttp_bound_socket_get_fd(bound)
         self.http = http
         self.address = address
-        self.boundPort = Self.localPort(of: fd) ?? port
+        self.boundPort = SocketAddress.local(of: fd)?.port ?? port
 
         // Requests are tiny: refuse anything large, cut idle connections.
         var idle = timeval(requestTimeout)
@@ -135,24 +92,6 @@ public final class HTTPServer: @unchecked Sendable {
         gate.takeUnretainedValue().releaseAll()
         router.release()
         gate.release()
-    }
-
-    /// The local port of a bound socket.
-    private static func localPort(of fd: Int32) -> UInt16? {
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let result = withUnsafeMutablePointer(to: &storage) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard result == 0 else { return nil }
-        switch Int32(storage.ss_family) {
-        case AF_INET:
-            return withUnsafeBytes(of: &storage) { UInt16(bigEndian: $0.load(as: sockaddr_in.self).sin_port) }
-        case AF_INET6:
-            return withUnsafeBytes(of: &storage) { UInt16(bigEndian: $0.load(as: sockaddr_in6.self).sin6_port) }
-        default:
-            return nil
-        }
     }
 
     /// The handler and the replies, reached from the C callback.
@@ -202,18 +141,7 @@ public final class HTTPServer: @unchecked Sendable {
                     if let base = raw.baseAddress { _ = evbuffer_add(buffer, base, raw.count) }
                 }
             }
-            evhttp_send_reply(request, Int32(response.status), Self.reason(response.status), buffer)
-        }
-
-        private static func reason(_ status: Int) -> String {
-            switch status {
-            case 200: return "OK"
-            case 404: return "Not Found"
-            case 405: return "Method Not Allowed"
-            case 500: return "Internal Server Error"
-            case 503: return "Service Unavailable"
-            default: return "Status"
-            }
+            evhttp_send_reply(request, Int32(response.status), response.reasonPhrase, buffer)
         }
     }
 }

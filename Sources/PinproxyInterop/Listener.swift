@@ -79,14 +79,7 @@ public final class Listener {
     /// The address the socket is bound to.
     public var localAddress: SocketAddress? {
         guard let handle else { return nil }
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let fd = evconnlistener_get_fd(handle)
-        return withUnsafeMutablePointer(to: &storage) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                getsockname(fd, address, &length) == 0 ? SocketAddress(address) : nil
-            }
-        }
+        return SocketAddress.local(of: evconnlistener_get_fd(handle))
     }
 
     /// The inode of the listening socket, as /proc/net/tcp lists it.
@@ -111,13 +104,6 @@ public final class Listener {
     }
 }
 
-/// A socket that cannot be bound or used for listening.
-public struct ListenerError: Error, CustomStringConvertible {
-    public let message: String
-    public init(message: String) { self.message = message }
-    public var description: String { message }
-}
-
 /// Closes a socket descriptor that no object owns yet.
 public func closeSocket(_ fd: Int32) {
     _ = Glibc.close(fd)
@@ -134,35 +120,8 @@ public enum ListeningSockets {
         var found = Set<UInt64>()
         for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
             guard let text = ProcFile.readText(table) else { continue }
-            for line in text.split(separator: "\n").dropFirst() {
-                let fields = line.split(separator: " ")
-                guard fields.count > 9, fields[3] == "0A",  // TCP_LISTEN
-                      let local = parse(fields[1]), let inode = UInt64(fields[9]),
-                      local.port == address.port else { continue }
-                if local.address == address.address || isWildcard(local.address) || isWildcard(address.address) {
-                    found.insert(inode)
-                }
-            }
+            found.formUnion(ProcNetTCP.listeningInodes(in: text, overlapping: address))
         }
         return found
-    }
-
-    private static func isWildcard(_ address: IPAddress) -> Bool {
-        address.bytes.allSatisfy { $0 == 0 }
-    }
-
-    /// `0100007F:0C38`: the address as 32-bit words in host byte order, then the port.
-    private static func parse(_ field: Substring) -> SocketAddress? {
-        let parts = field.split(separator: ":")
-        guard parts.count == 2, let port = UInt16(parts[1], radix: 16), parts[0].count == 8 || parts[0].count == 32 else { return nil }
-        var bytes: [UInt8] = []
-        var rest = parts[0]
-        while !rest.isEmpty {
-            guard let word = UInt32(rest.prefix(8), radix: 16) else { return nil }
-            withUnsafeBytes(of: word) { bytes.append(contentsOf: $0) }  // host order, as the kernel printed it
-            rest = rest.dropFirst(8)
-        }
-        guard let ip = IPAddress(bytes: bytes) else { return nil }
-        return SocketAddress(address: ip.unmapped, port: port)
     }
 }

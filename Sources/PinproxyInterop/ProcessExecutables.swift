@@ -6,36 +6,6 @@ import Glibc
 /// CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (or being that user). Blocking file-system work:
 /// never on an event loop.
 public enum ProcessExecutables {
-    /// A process holding the socket `inode`, and its executable: processes of `uid` first
-    /// (`hints` before the others), then every other process, until `deadline` (monotonic
-    /// seconds) passes. Nil when none is found in time.
-    public static func holder(ofSocket inode: UInt32, uid: UInt32, hints: [Int32], deadline: TimeInterval) -> (pid: Int32, executable: String)? {
-        let target = Array("socket:[\(inode)]".utf8)
-        var others: [Int32] = []
-        var tried = Set<Int32>()
-        func check(_ pid: Int32) -> (pid: Int32, executable: String)? {
-            guard tried.insert(pid).inserted, holds(pid, target), let executable = executable(ofProcess: pid) else { return nil }
-            return (pid, executable)
-        }
-        for pid in hints where owner(of: pid) == uid {
-            if let found = check(pid) { return found }
-        }
-        for pid in processes() {
-            guard ProcessLimits.monotonicSeconds() < deadline else { return nil }
-            guard owner(of: pid) == uid else {
-                others.append(pid)
-                continue
-            }
-            if let found = check(pid) { return found }
-        }
-        // A process that is not dumpable (it changed its uid, say) has a /proc directory of root's.
-        for pid in others {
-            guard ProcessLimits.monotonicSeconds() < deadline else { return nil }
-            if let found = check(pid) { return found }
-        }
-        return nil
-    }
-
     /// What `/proc/PID/exe` names, without the ` (deleted)` the kernel appends once the file was
     /// replaced (a package upgrade) or removed.
     public static func executable(ofProcess pid: Int32) -> String? {
@@ -52,33 +22,20 @@ public enum ProcessExecutables {
         return String(cString: resolved)
     }
 
-    /// Why this process cannot read which program holds another user's socket, or nil when it
-    /// can: it needs CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, and a /proc that shows other users'
-    /// processes and lets them be read (`ProtectProc=`, `hidepid=`, a ptrace policy can forbid it).
-    /// Tried on a process of another user when there is one.
-    public static func otherUsersProblem() -> String? {
-        let uid = geteuid()
-        let missing = [(2, "CAP_DAC_READ_SEARCH"), (19, "CAP_SYS_PTRACE")].filter { !hasEffectiveCapability($0.0) }.map(\.1)
-        guard missing.isEmpty else {
-            return "pinproxy runs as uid \(uid) without \(missing.joined(separator: " and ")), which reading another user's /proc/PID/fd and /proc/PID/exe needs"
+    /// Whether /proc/PID/fd of another process can be opened: nil when it can, else why not
+    /// (`forbidden`: EACCES or EPERM, as `ProtectProc=`, `hidepid=` or a ptrace policy answer).
+    public static func fdDirectoryProblem(of pid: Int32) -> (forbidden: Bool, reason: String)? {
+        let directory = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let code = errno
+        if directory >= 0 {
+            close(directory)
+            return nil
         }
-        for pid in processes() {
-            guard let owner = owner(of: pid), owner != uid else { continue }
-            let directory = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            let code = errno
-            if directory >= 0 {
-                close(directory)
-                return nil
-            }
-            if code == EACCES || code == EPERM {
-                return "/proc/\(pid)/fd of uid \(owner) cannot be read (\(String(cString: strerror(code)))): /proc or ptrace is restricted (ProtectProc=, hidepid=)"
-            }
-        }
-        return nil
+        return (code == EACCES || code == EPERM, String(cString: strerror(code)))
     }
 
     /// Whether capability `bit` is in this process's effective set (`CapEff` of /proc/self/status).
-    private static func hasEffectiveCapability(_ bit: Int) -> Bool {
+    public static func hasEffectiveCapability(_ bit: Int) -> Bool {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
               let mask = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
@@ -86,7 +43,7 @@ public enum ProcessExecutables {
     }
 
     /// The ids of the processes /proc lists.
-    static func processes() -> [Int32] {
+    public static func processes() -> [Int32] {
         guard let directory = opendir("/proc") else { return [] }
         defer { closedir(directory) }
         var pids: [Int32] = []
@@ -100,13 +57,13 @@ public enum ProcessExecutables {
     }
 
     /// The owner of /proc/PID: the process's effective uid while it is dumpable.
-    private static func owner(of pid: Int32) -> UInt32? {
+    public static func owner(of pid: Int32) -> UInt32? {
         var info = stat()
         return stat("/proc/\(pid)", &info) == 0 ? UInt32(info.st_uid) : nil
     }
 
     /// Whether a descriptor of `pid` links to `target` (`socket:[INODE]`).
-    private static func holds(_ pid: Int32, _ target: [UInt8]) -> Bool {
+    public static func holds(_ pid: Int32, _ target: [UInt8]) -> Bool {
         let fdDirectory = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fdDirectory >= 0, let directory = fdopendir(fdDirectory) else {
             if fdDirectory >= 0 { close(fdDirectory) }

@@ -38,60 +38,14 @@ public final class SocketDiagnostics {
         let remote = SocketAddress(address: remote.address.unmapped, port: remote.port)
         guard local.address.isIPv6 == remote.address.isIPv6 else { return nil }
         sequence &+= 1
-        try send(request(local: local, remote: remote))
+        try send(SockDiagMessage.request(local: local, remote: remote, sequence: sequence))
         return try receive(local: local, remote: remote)
     }
 
-    /// Why client sockets cannot be looked up in this process (a sandbox without AF_NETLINK,
-    /// a kernel without inet_diag), or nil when a loopback connection of its own is found, owned
-    /// by its own user. Without a loopback connection to try, opening the socket is the test.
-    public static func selfTestProblem() -> String? {
-        let diagnostics: SocketDiagnostics
-        do {
-            diagnostics = try SocketDiagnostics()
-        } catch {
-            return error.description
-        }
-        guard let pair = LoopbackConnection() else { return nil }
-        defer { pair.close() }
-        do throws(SystemError) {
-            guard let owner = try diagnostics.lookUp(local: pair.client, remote: pair.server) else {
-                return "a loopback connection of pinproxy's own was not found"
-            }
-            guard owner.uid == geteuid() else { return "a loopback connection of pinproxy's own was reported as uid \(owner.uid), not \(geteuid())" }
-            return nil
-        } catch {
-            return error.description
-        }
-    }
-
-    private struct Request {
-        var header = nlmsghdr()
-        var body = inet_diag_req_v2()
-    }
-
-    private func request(local: SocketAddress, remote: SocketAddress) -> Request {
-        var request = Request()
-        request.header.nlmsg_len = UInt32(MemoryLayout<Request>.size)
-        request.header.nlmsg_type = UInt16(SOCK_DIAG_BY_FAMILY)
-        request.header.nlmsg_flags = UInt16(NLM_F_REQUEST)
-        request.header.nlmsg_seq = sequence
-        request.body.sdiag_family = UInt8(local.address.isIPv6 ? AF_INET6 : AF_INET)
-        request.body.sdiag_protocol = UInt8(IPPROTO_TCP)
-        request.body.idiag_states = UInt32.max
-        request.body.id.idiag_sport = local.port.bigEndian
-        request.body.id.idiag_dport = remote.port.bigEndian
-        withUnsafeMutableBytes(of: &request.body.id.idiag_src) { $0.copyBytes(from: local.address.bytes) }
-        withUnsafeMutableBytes(of: &request.body.id.idiag_dst) { $0.copyBytes(from: remote.address.bytes) }
-        request.body.id.idiag_cookie = (UInt32(INET_DIAG_NOCOOKIE), UInt32(INET_DIAG_NOCOOKIE))
-        return request
-    }
-
-    private func send(_ request: Request) throws(SystemError) {
-        var request = request
+    private func send(_ request: [UInt8]) throws(SystemError) {
         while true {
-            let sent = withUnsafeBytes(of: &request) { Glibc.send(fd, $0.baseAddress, $0.count, 0) }
-            if sent == MemoryLayout<Request>.size { return }
+            let sent = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) }
+            if sent == request.count { return }
             if sent < 0 && errno == EINTR { continue }
             throw SystemError("send(NETLINK_SOCK_DIAG)", sent < 0 ? errno : EMSGSIZE)
         }
@@ -106,72 +60,26 @@ public final class SocketDiagnostics {
             if count < 0 && errno == EINTR { continue }
             // EAGAIN: the kernel sent nothing within the send, which it always does.
             guard count > 0 else { throw SystemError("recv(NETLINK_SOCK_DIAG)", count < 0 ? errno : EPROTO) }
-            let answer: Result<SocketOwner?, SystemError>? = buffer.withUnsafeBytes { raw in
-                Self.parse(UnsafeRawBufferPointer(rebasing: raw[..<count]), sequence: sequence, local: local, remote: remote)
-            }
-            if let answer { return try answer.get() }
-        }
-    }
-
-    /// The answer to request `sequence` among the messages in `bytes`; nil when none is.
-    static func parse(_ bytes: UnsafeRawBufferPointer, sequence: UInt32, local: SocketAddress,
-                      remote: SocketAddress) -> Result<SocketOwner?, SystemError>? {
-        let headerSize = MemoryLayout<nlmsghdr>.size
-        var offset = 0
-        while offset + headerSize <= bytes.count {
-            let header = bytes.loadUnaligned(fromByteOffset: offset, as: nlmsghdr.self)
-            let length = Int(header.nlmsg_len)
-            guard length >= headerSize, offset + length <= bytes.count else { return .failure(SystemError("a truncated NETLINK_SOCK_DIAG answer", EPROTO)) }
-            defer { offset += align(length) }
-            guard header.nlmsg_seq == sequence else { continue }
-            let payload = UnsafeRawBufferPointer(rebasing: bytes[(offset + headerSize)..<(offset + length)])
-            switch Int32(header.nlmsg_type) {
-            case NLMSG_ERROR:
-                guard payload.count >= MemoryLayout<Int32>.size else { return .failure(SystemError("a truncated NETLINK_SOCK_DIAG error", EPROTO)) }
-                let code = -payload.loadUnaligned(as: Int32.self)
-                return code == ENOENT ? .success(nil) : .failure(SystemError("SOCK_DIAG_BY_FAMILY", code))
-            case Int32(SOCK_DIAG_BY_FAMILY):
-                return .success(owner(payload, local: local, remote: remote))
-            default:
-                continue
+            switch SockDiagMessage.answer(in: Array(buffer[..<count]), sequence: sequence, local: local, remote: remote) {
+            case nil: continue
+            case .owner(let owner): return owner
+            case .error(let code):
+                guard code != ENOENT else { return nil }
+                throw SystemError("SOCK_DIAG_BY_FAMILY", code)
+            case .truncated(let what): throw SystemError(what, EPROTO)
             }
         }
-        return nil
     }
-
-    /// The owner an `inet_diag_msg` and its attributes describe, when it is the socket asked for.
-    private static func owner(_ payload: UnsafeRawBufferPointer, local: SocketAddress, remote: SocketAddress) -> SocketOwner? {
-        let messageSize = MemoryLayout<inet_diag_msg>.size
-        guard payload.count >= messageSize else { return nil }
-        let message = payload.loadUnaligned(as: inet_diag_msg.self)
-        guard UInt16(bigEndian: message.id.idiag_sport) == local.port, UInt16(bigEndian: message.id.idiag_dport) == remote.port else { return nil }
-        var cgroupID: UInt64?
-        var offset = align(messageSize)
-        let attributeHeader = MemoryLayout<nlattr>.size
-        while offset + attributeHeader <= payload.count {
-            let attribute = payload.loadUnaligned(fromByteOffset: offset, as: nlattr.self)
-            let length = Int(attribute.nla_len)
-            guard length >= attributeHeader, offset + length <= payload.count else { break }
-            if Int(attribute.nla_type) == Int(INET_DIAG_CGROUP_ID), length - attributeHeader >= 8 {
-                cgroupID = payload.loadUnaligned(fromByteOffset: offset + attributeHeader, as: UInt64.self)
-            }
-            offset += align(length)
-        }
-        return SocketOwner(state: message.idiag_state, uid: message.idiag_uid, inode: message.idiag_inode, cgroupID: cgroupID)
-    }
-
-    /// Netlink messages and attributes start on 4-byte boundaries.
-    private static func align(_ length: Int) -> Int { (length + 3) & ~3 }
 }
 
 /// A connection from 127.0.0.1 to a listener on 127.0.0.1, left in the listener's queue.
-private struct LoopbackConnection {
+public struct LoopbackConnection {
     let listener: Int32
     let socket: Int32
-    let client: SocketAddress
-    let server: SocketAddress
+    public let client: SocketAddress
+    public let server: SocketAddress
 
-    init?() {
+    public init?() {
         guard let loopback = IPAddress(bytes: [127, 0, 0, 1]) else { return nil }
         let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -185,7 +93,7 @@ private struct LoopbackConnection {
         (self.listener, self.socket, self.client, self.server) = (listener, socket, client, server)
     }
 
-    func close() {
+    public func close() {
         Glibc.close(socket)
         Glibc.close(listener)
     }

@@ -6,11 +6,7 @@ import CLibevent
 
 /// One non-blocking TCP connect with a timeout; the result arrives once on the loop.
 public final class TCPConnector {
-    /// Why a connect failed.
-    public enum Failure: Error {
-        case timedOut
-        case failed(String)
-    }
+    public typealias Failure = TCPConnectFailure
 
     private var event: OpaquePointer?
     private var socket: Int32 = -1

@@ -72,7 +72,7 @@ public final class TLSClientContext: @unchecked Sendable {
             // the handshake), which must not happen to the one every connection to this host
             // shares — or the connections already on their way would all fall back to full
             // handshakes.
-            if let stored = resumption.cache.session(for: resumption.key), let copy = SSL_SESSION_dup(stored.handle) {
+            if let stored = resumption.cache.value(for: resumption.key), let copy = SSL_SESSION_dup(stored.handle) {
                 _ = SSL_set_session(ssl, copy)
                 SSL_SESSION_free(copy)
             }

@@ -1,46 +1,14 @@
 import Glibc
-import Foundation
 import COpenSSL
 import CPinproxyShims
 
 /// Upstream TLS sessions kept for resumption, keyed by the caller (pinproxy keys them by
 /// policy fingerprint, host and port). A session enters only through `admit`, i.e. after
 /// its connection passed the verdict. Thread-safe; bounded.
-public final class TLSSessionCache: Sendable {
-    private let sessions = Locked<[String: StoredSession]>([:])
-    private let limit: Int
-
-    public init(limit: Int = 10_000) {
-        self.limit = limit
-    }
-
-    func session(for key: String) -> StoredSession? {
-        sessions.withLock { $0[key] }
-    }
-
-    func store(_ session: StoredSession, for key: String) {
-        sessions.withLock { cache in
-            if cache.count >= limit, cache[key] == nil { cache.removeAll(keepingCapacity: true) }
-            cache[key] = session
-        }
-    }
-
-    /// Forgets the session for `key` (e.g. when a resumed connection was refused).
-    public func remove(_ key: String) {
-        _ = sessions.withLock { $0.removeValue(forKey: key) }
-    }
-
-    /// Keeps only the sessions whose key `keep` accepts (after a reload: unchanged policies).
-    public func retain(where keep: (String) -> Bool) {
-        sessions.withLock { cache in cache = cache.filter { keep($0.key) } }
-    }
-
-    /// Sessions held.
-    public var count: Int { sessions.withLock { $0.count } }
-}
+public typealias TLSSessionCache = BoundedCache<StoredSession>
 
 /// One SSL_SESSION, owned.
-final class StoredSession: @unchecked Sendable {
+public final class StoredSession: @unchecked Sendable {
     let handle: OpaquePointer
 
     init(taking handle: OpaquePointer) {

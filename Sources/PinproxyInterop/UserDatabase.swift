@@ -3,14 +3,7 @@ import Glibc
 /// User names and uids through the C library (NSS: /etc/passwd, and LDAP or sssd where
 /// configured). A lookup can block on a remote directory: never call one on an event loop.
 public enum UserDatabase {
-    /// How a lookup ended.
-    public enum Answer<Value: Sendable>: Sendable {
-        case found(Value)
-        /// The database has no such entry.
-        case missing
-        /// The database could not answer (`getpw*_r` failed with this errno).
-        case failed(Int32)
-    }
+    public typealias Answer<Value: Sendable> = UserLookupAnswer<Value>
 
     /// The name of user `uid`.
     public static func name(ofUID uid: UInt32) -> Answer<String> {

@@ -10,6 +10,19 @@ import XCTest
 final class ClientIdentifierTests: XCTestCase {
     static let owner = SocketOwner(state: SocketOwner.established, uid: 1000, inode: 42, cgroupID: 7)
 
+    func testTheHolderOfASocketIsFoundWithItsProgram() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(fd) }
+        var info = stat()
+        XCTAssertEqual(fstat(fd, &info), 0)
+        let holder = try XCTUnwrap(ProcessExecutables.holder(ofSocket: UInt32(info.st_ino), uid: geteuid(), hints: [],
+                                                             deadline: ProcessLimits.monotonicSeconds() + 20))
+        XCTAssertEqual(holder.pid, getpid())
+        XCTAssertEqual(holder.executable, ProcessExecutables.realPath("/proc/self/exe"))
+        XCTAssertNil(ProcessExecutables.holder(ofSocket: UInt32(info.st_ino), uid: geteuid(), hints: [],
+                                               deadline: ProcessLimits.monotonicSeconds() - 1), "the deadline had passed")
+    }
+
     func testAPendingIdentityCompletesOrFailsClosedOnItsUnit() {
         let cached = PendingIdentity(owner: Self.owner, user: .some("alice"), unit: .some("backup.service"))
         XCTAssertEqual(cached.identity(with: .init(user: nil, unit: nil, exe: "/usr/bin/git")),

@@ -6,19 +6,6 @@ import PinproxyInterop
 /// What identifying a client reads from the system, against this system: which process holds a
 /// socket and its program (/proc), the cgroup v2 tree, this host's addresses.
 final class ClientLookupTests: XCTestCase {
-    func testTheHolderOfASocketIsFoundWithItsProgram() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        defer { close(fd) }
-        var info = stat()
-        XCTAssertEqual(fstat(fd, &info), 0)
-        let holder = try XCTUnwrap(ProcessExecutables.holder(ofSocket: UInt32(info.st_ino), uid: geteuid(), hints: [],
-                                                             deadline: ProcessLimits.monotonicSeconds() + 20))
-        XCTAssertEqual(holder.pid, getpid())
-        XCTAssertEqual(holder.executable, ProcessExecutables.realPath("/proc/self/exe"))
-        XCTAssertNil(ProcessExecutables.holder(ofSocket: UInt32(info.st_ino), uid: geteuid(), hints: [],
-                                               deadline: ProcessLimits.monotonicSeconds() - 1), "the deadline had passed")
-    }
-
     /// A program replaced after it started (a package upgrade) is named by its path, without
     /// the " (deleted)" the kernel appends.
     func testADeletedProgramIsNamedWithoutTheSuffix() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import XCTest
+import CPinproxyShims
 import PinproxyInterop
 
 /// `SocketDiagnostics` against this kernel: real loopback connections looked up by their exact
@@ -70,6 +71,65 @@ final class SocketDiagnosticsTests: XCTestCase {
         let cpu = (seconds(usage.ru_utime) + seconds(usage.ru_stime) - cpuBefore) / Double(rounds)
         print("SocketDiagnostics.lookUp: \(String(format: "%.2f", wall * 1e6)) µs wall, \(String(format: "%.2f", cpu * 1e6)) µs CPU per lookup (\(rounds) lookups)")
         XCTAssertLessThan(wall, 0.001)
+    }
+
+    /// The request is `nlmsghdr` and `inet_diag_req_v2` as the kernel's headers lay them out.
+    func testTheRequestIsLaidOutAsTheKernelHeadersSay() throws {
+        for (localText, remoteText) in [("127.0.0.1", "10.1.2.3"), ("::1", "2001:db8::7")] {
+            let local = SocketAddress(address: try XCTUnwrap(IPAddress(localText)), port: 40_000)
+            let remote = SocketAddress(address: try XCTUnwrap(IPAddress(remoteText)), port: 443)
+            var header = nlmsghdr()
+            header.nlmsg_len = UInt32(MemoryLayout<nlmsghdr>.size + MemoryLayout<inet_diag_req_v2>.size)
+            header.nlmsg_type = UInt16(SOCK_DIAG_BY_FAMILY)
+            header.nlmsg_flags = UInt16(NLM_F_REQUEST)
+            header.nlmsg_seq = 7
+            var body = inet_diag_req_v2()
+            body.sdiag_family = UInt8(local.address.isIPv6 ? AF_INET6 : AF_INET)
+            body.sdiag_protocol = UInt8(IPPROTO_TCP)
+            body.idiag_states = UInt32.max
+            body.id.idiag_sport = local.port.bigEndian
+            body.id.idiag_dport = remote.port.bigEndian
+            withUnsafeMutableBytes(of: &body.id.idiag_src) { $0.copyBytes(from: local.address.bytes) }
+            withUnsafeMutableBytes(of: &body.id.idiag_dst) { $0.copyBytes(from: remote.address.bytes) }
+            body.id.idiag_cookie = (UInt32(INET_DIAG_NOCOOKIE), UInt32(INET_DIAG_NOCOOKIE))
+            let expected = withUnsafeBytes(of: &header) { Array($0) } + withUnsafeBytes(of: &body) { Array($0) }
+            XCTAssertEqual(SockDiagMessage.request(local: local, remote: remote, sequence: 7), expected)
+        }
+    }
+
+    /// Answers laid out as the kernel's headers say are read: the socket with its cgroup id, an
+    /// error, another socket, another request's answer.
+    func testAnswersAreReadAsTheKernelHeadersLayThemOut() throws {
+        let local = SocketAddress(address: try XCTUnwrap(IPAddress("127.0.0.1")), port: 40_000)
+        let remote = SocketAddress(address: try XCTUnwrap(IPAddress("127.0.0.1")), port: 443)
+        func message(type: Int32, sequence: UInt32, payload: [UInt8]) -> [UInt8] {
+            var header = nlmsghdr()
+            header.nlmsg_len = UInt32(MemoryLayout<nlmsghdr>.size + payload.count)
+            header.nlmsg_type = UInt16(type)
+            header.nlmsg_seq = sequence
+            return withUnsafeBytes(of: &header) { Array($0) } + payload
+        }
+        var socket = inet_diag_msg()
+        socket.idiag_state = 1
+        socket.idiag_uid = 1234
+        socket.idiag_inode = 5678
+        socket.id.idiag_sport = local.port.bigEndian
+        socket.id.idiag_dport = remote.port.bigEndian
+        var attribute = nlattr(nla_len: UInt16(MemoryLayout<nlattr>.size + 8), nla_type: UInt16(INET_DIAG_CGROUP_ID))
+        var cgroup: UInt64 = 0x1_0000_0042
+        let found = withUnsafeBytes(of: &socket) { Array($0) } + withUnsafeBytes(of: &attribute) { Array($0) } + withUnsafeBytes(of: &cgroup) { Array($0) }
+        var noSuchFile = -ENOENT
+        let stale = message(type: Int32(SOCK_DIAG_BY_FAMILY), sequence: 8, payload: found)
+        XCTAssertEqual(SockDiagMessage.answer(in: stale + message(type: Int32(SOCK_DIAG_BY_FAMILY), sequence: 9, payload: found),
+                                              sequence: 9, local: local, remote: remote),
+                       .owner(SocketOwner(state: 1, uid: 1234, inode: 5678, cgroupID: 0x1_0000_0042)))
+        XCTAssertEqual(SockDiagMessage.answer(in: message(type: NLMSG_ERROR, sequence: 9, payload: withUnsafeBytes(of: &noSuchFile) { Array($0) }),
+                                              sequence: 9, local: local, remote: remote), .error(ENOENT))
+        XCTAssertEqual(SockDiagMessage.answer(in: message(type: Int32(SOCK_DIAG_BY_FAMILY), sequence: 9, payload: found),
+                                              sequence: 9, local: remote, remote: local), .owner(nil), "another socket")
+        XCTAssertNil(SockDiagMessage.answer(in: stale, sequence: 9, local: local, remote: remote))
+        XCTAssertEqual(SockDiagMessage.answer(in: Array(stale.dropLast()), sequence: 9, local: local, remote: remote),
+                       .truncated("a truncated NETLINK_SOCK_DIAG answer"))
     }
 
     private func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
