@@ -1,4 +1,8 @@
 import Glibc
+// SocketDiagnosticsTests reads the kernel's netlink structs through the shims' headers; once a
+// file of this target imports them, the socket constants below (SOCK_DGRAM, SOCK_CLOEXEC) are
+// found through that module only, so every file that uses them imports it too.
+import CPinproxyShims
 import Foundation
 import XCTest
 import PinproxyInterop
