@@ -1,6 +1,7 @@
 """The README stays a front page and the documentation's links hold: README.md is at most 300
 lines, it links every file of docs/, and every relative link in README.md, docs/*.md and
-Tests/e2e/README.md names a file that exists and, with a `#anchor`, a heading of that file (GitHub's anchor rules).
+Tests/e2e/README.md names a file that exists and, with a `#anchor`, a heading of that file
+(GitHub's anchor rules); every `.swift` file the docs name exists.
 """
 
 from __future__ import annotations
@@ -92,3 +93,20 @@ def test_the_e2e_map_names_every_test_file():
     files = {p.name for p in (REPO / "Tests/e2e").glob("test_*.py")}
     assert not files - named, f"Tests/e2e/README.md does not name {sorted(files - named)}"
     assert not named - files, f"Tests/e2e/README.md names missing files {sorted(named - files)}"
+
+
+SWIFT_FILE = re.compile(r"`((?:[A-Za-z0-9_]+/)*[A-Za-z0-9_+]+\.swift)`")
+
+
+def test_every_source_file_the_docs_name_exists():
+    """how-it-works.md follows a CONNECT by naming the file of each step: a name that no file of
+    the package carries (a file moved or renamed) fails here. A name with a folder must match that
+    path's end; a bare name, some file's name."""
+    files = [p.relative_to(REPO).as_posix() for top in ("Sources", "Tests", "Fuzz") for p in (REPO / top).rglob("*.swift")]
+    files.append("Package.swift")
+    missing = []
+    for doc in [README, *DOCS, TEST_MAP]:
+        for name in SWIFT_FILE.findall(doc.read_text()):
+            if not any(f == name or f.endswith("/" + name) for f in files):
+                missing.append(f"{doc.relative_to(REPO)}: {name}")
+    assert not missing, "source files named in the docs that do not exist:\n" + "\n".join(missing)
