@@ -5,7 +5,7 @@ import PinproxyPolicy
 import PinproxyService
 
 /// pinproxy's log: one line per event on stderr, as logfmt or JSON, with constant field
-/// names. Connection decisions are logged once, by `ClientConnection.logDecision`.
+/// names. Connection decisions are logged once, by `ConnectionRecorder`.
 public struct AccessLog: Sendable {
     /// Field names, in the order lines print them.
     public enum Field: String, CaseIterable, Sendable {

@@ -62,9 +62,10 @@ final class ClientConnection<IO: ConnectionIO> {
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, IO.Lookup, timer: IO.Timer)
         /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
-        /// learn whether the client's original destination is an address of the name it sent
-        /// (`TunnelDestination.swift`); its ClientHello waits in the buffer.
-        case bindingTunnel(Destination, original: SocketAddress, ClientHello, IO.Lookup, timer: IO.Timer)
+        /// learn whether the client's original destination is an address of the name it sent:
+        /// the admission decision is taken again with the answer (`Admit.swift`); its
+        /// ClientHello waits in the buffer.
+        case bindingTunnel(Destination, AdmissionRequest, ClientHello, IO.Lookup, timer: IO.Timer)
         /// Opening the upstream of a CONNECT, offering `ALPNOffer.upstreamDefault`: a refusal
         /// is the CONNECT's answer.
         case opening(Destination, Dialing)
@@ -240,6 +241,8 @@ final class ClientConnection<IO: ConnectionIO> {
     private let onClose: (ClientConnection) -> Void
     /// `.closed` until `start`.
     private(set) var state: State = .closed
+    /// Who the admission counted this connection's tunnel for (`max_tunnels_per_client`).
+    var countedAs: ClientKey?
 
     /// Bytes a client may send after its request and before its tunnel opens (a pipelined
     /// TLS ClientHello); more is refused, so the buffer stays bounded while the client is watched.
@@ -260,7 +263,7 @@ final class ClientConnection<IO: ConnectionIO> {
         self.onClose = onClose
     }
 
-    /// Step 1 (after accept): read the request within `request_timeout`. The client is watched
+    /// Parse CONNECT (after accept): read the request within `request_timeout`. The client is watched
     /// from here until its tunnel opens: if it leaves, whatever is under way upstream stops.
     func start() {
         watchClient()
@@ -402,9 +405,7 @@ final class ClientConnection<IO: ConnectionIO> {
              .relaying, .refusing, .refusingInTLS, .passingThrough, .closed:
             return unexpected("the client leaving")
         }
-        logDecision(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)", verdict: nil)
-        shared.metrics.connection(outcome: .clientGone, reason: nil, listener: listener,
-                                         client: clientDecision?.metricLabel ?? ProxyMetrics.noClientLabel)
+        record(.init(outcome: .clientGone, reason: nil, status: nil, detail: "the client \(how) its connection \(abandoned)"))
         close()
     }
 
@@ -439,6 +440,7 @@ final class ClientConnection<IO: ConnectionIO> {
         state = .closed
         previous.abandonWaits()
         clientSide.close()
+        if let countedAs { shared.clientTunnels.release(countedAs) }
         switch previous {
         case .opening(_, let step), .openingTransparent(_, _, let step), .reopening(_, _, let step):
             step.upstream?.connection.close()
@@ -446,25 +448,16 @@ final class ClientConnection<IO: ConnectionIO> {
             tunnel.upstream.connection.close()
         case .relaying(let tunnel, let relay, _):
             relay.close()
-            let destination = tunnel.destination
-            shared.tunnelClosed()
-            shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
-                (.listener, listener.rawValue), (.host, destination.host.description),
-                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
-                (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
-                (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
-            ])
+            recordTunnelClosed(tunnel.destination, upstream: tunnel.upstream.address,
+                               .init(alpn: tunnel.applicationProtocol, bytesUp: tunnel.bytesUp, bytesDown: tunnel.bytesDown,
+                                     duration: Date().timeIntervalSince(tunnel.relayStarted), why: tunnel.closeReason))
         case .readingTunnelHello(let passage, _, _):
             passage.upstream.close()
         case .passingThrough(let passage, let relay, _):
             relay.close()
-            let destination = passage.destination
-            shared.tunnelClosed()
-            shared.log.emit(.info, "tunnel-closed", [
-                (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
-                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
-                (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
-            ])
+            recordTunnelClosed(passage.destination, upstream: passage.address,
+                               .init(alpn: nil, bytesUp: passage.bytesUp, bytesDown: passage.bytesDown,
+                                     duration: Date().timeIntervalSince(passage.relayStarted), why: passage.closeReason))
         case .refusingInTLS(_, _, let responder):
             responder?.stop()
         case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .closed:
@@ -514,14 +507,31 @@ final class ClientConnection<IO: ConnectionIO> {
         }
     }
 
-    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known.
-    static func identityFields(_ identity: ClientIdentity?) -> [(AccessLog.Field, String)] {
-        guard case .local(let client) = identity else { return [] }
-        var fields: [(AccessLog.Field, String)] = [(.clientUID, String(client.uid))]
-        if let user = client.user { fields.append((.clientUser, user)) }
-        if let unit = client.unit { fields.append((.clientUnit, unit)) }
-        if let exe = client.exe { fields.append((.clientExe, exe)) }
-        return fields
+    /// The upstream's address, once connected.
+    var upstreamAddress: SocketAddress? {
+        switch state {
+        case .opening(_, let step), .openingTransparent(_, _, let step), .reopening(_, _, let step):
+            return step.upstream?.address
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _), .relaying(let tunnel, _, _):
+            return tunnel.upstream.address
+        case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
+            return passage.address
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .refusingInTLS, .closed:
+            return nil
+        }
+    }
+
+    /// Records this connection's decision (`ConnectionRecord`): about `subject` and for
+    /// `client` where the state does not hold them yet.
+    func record(_ decision: ConnectionRecord.Decision, subject: Subject? = nil, client decided: ClientDecision? = nil) {
+        io.record(ConnectionRecord(listener: listener, client: client, clientDecision: decided ?? clientDecision, subject: subject ?? logSubject,
+                                   upstream: upstreamAddress, event: .decision(decision), reportsClientIdentity: config.proxy.reportClientIdentity))
+    }
+
+    /// Records the end of the tunnel to `destination`.
+    private func recordTunnelClosed(_ destination: Destination, upstream: SocketAddress, _ end: ConnectionRecord.TunnelEnd) {
+        io.record(ConnectionRecord(listener: listener, client: client, clientDecision: destination.client, subject: destination.subject,
+                                   upstream: upstream, event: .tunnelClosed(end), reportsClientIdentity: false))
     }
 
     /// A line about this connection that is not its decision.

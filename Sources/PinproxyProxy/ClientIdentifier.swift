@@ -91,20 +91,21 @@ struct PendingIdentity {
 
     /// The identity once `parts` arrived.
     func identity(with parts: IdentityLookups.Parts) -> ClientIdentity {
-        guard let unit = unit ?? parts.unit else { return unknownUnit }
+        guard let unit = unit ?? parts.unit else { return unknownUnit(user: user ?? parts.user) }
         return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe))
     }
 
     /// The identity when `client_identity_timeout` passed first (or nothing is coming): a unit
-    /// not found makes the client unknown, so that a slow lookup never skips a `unit:` section;
+    /// not found makes the client partly known, so that a slow lookup never skips a `unit:` section;
     /// the name and the program are best effort.
     var identityWithoutLookups: ClientIdentity {
-        guard let unit else { return unknownUnit }
+        guard let unit else { return unknownUnit(user: user ?? nil) }
         return .local(LocalClient(uid: owner.uid, user: user ?? nil, unit: unit))
     }
 
-    private var unknownUnit: ClientIdentity {
-        .unknown(why: overloaded ? "uid \(owner.uid): too many identity lookups are waiting"
-                                 : "uid \(owner.uid): the unit of cgroup \(owner.cgroupID ?? 0) was not found in time")
+    /// Its unit is not known: partly known, so that it fails closed (`ClientPolicy.decide`).
+    private func unknownUnit(user: String?) -> ClientIdentity {
+        .partlyKnown(LocalClient(uid: owner.uid, user: user),
+                     missing: overloaded ? "too many identity lookups are waiting" : "the unit of cgroup \(owner.cgroupID ?? 0) was not found in time")
     }
 }

@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 5a: TCP connect to each checked address in turn, all of them within one
+    /// Connect: TCP connect to each checked address in turn, all of them within one
     /// `connect_timeout`, for the upstream of a CONNECT, or of a transparent client (`hello`,
     /// its ClientHello, whose ALPN offer the upstream gets).
     func connect(to addresses: [IPAddress], for destination: Destination, transparent hello: ClientHello? = nil) {

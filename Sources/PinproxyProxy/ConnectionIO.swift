@@ -49,6 +49,9 @@ protocol ConnectionIO {
     /// Starts identifying the client (`ClientIdentifier.start`).
     func identify(peer: SocketAddress?, ourEnd: SocketAddress?, needsExecutable: Bool, deadline: TimeInterval,
                   done: @escaping (IdentityLookups.Parts) -> Void) -> ClientIdentifier.Start
+    /// Writes what happened to the connection: its decision line, its `tunnel-closed` line, the
+    /// metrics and the report (`ConnectionRecorder`).
+    func record(_ record: ConnectionRecord)
     /// Runs an entry's `verify_command` off the loop (`CustomChecks.check`); `done` is called on the loop.
     func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
                         client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval,

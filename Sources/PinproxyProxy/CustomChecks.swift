@@ -116,7 +116,7 @@ public final class CustomChecks: Sendable {
         case nil: return [:]
         case .unknown: return ["PINPROXY_CLIENT": "unknown"]
         case .remote: return ["PINPROXY_CLIENT": "remote"]
-        case .local(let local):
+        case .local(let local), .partlyKnown(let local, _):
             var variables = ["PINPROXY_CLIENT": "local", "PINPROXY_CLIENT_UID": String(local.uid)]
             variables["PINPROXY_CLIENT_USER"] = local.user
             variables["PINPROXY_CLIENT_UNIT"] = local.unit

@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 6: the verdict on what the server presented, by the same function as `evaluate`.
+    /// Evaluate: the verdict on what the server presented, by the same function as `evaluate`.
     /// It runs on resumed sessions too, on the chain stored with the session: resumption
     /// saves the handshake, never a check. It runs again on an upstream reopened for the
     /// client's ALPN offer, which then goes on to the client's handshake.
@@ -45,7 +45,7 @@ extension ClientConnection {
         }
     }
 
-    /// Step 6b: the entry's `verify_command` on the verified chain, off the loop. Its answer
+    /// Evaluate, then: the entry's `verify_command` on the verified chain, off the loop. Its answer
     /// can only refuse more; until it comes, the client is watched as during the handshake.
     private func runCustomCheck(_ command: [String], verdict: Verdict, upstream: Upstream, for destination: Destination) {
         let settings = config.proxy

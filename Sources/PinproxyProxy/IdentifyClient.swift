@@ -24,13 +24,13 @@ enum ClientRequest {
 }
 
 extension ClientConnection {
-    /// Step 2b: who the client is, when the config has `[clients]` (`ClientIdentifier`): its
-    /// socket's owner at once, then, off the loop within `client_identity_timeout`, what can
-    /// block. The client's socket is connected to this end of the connection, or, on the
-    /// transparent listener, to the original destination. Nothing the client sent takes part.
-    /// Without `[clients]`, nothing is looked up.
+    /// Identify the client, when the config has `[clients]` or `max_tunnels_per_client`
+    /// (`ClientIdentifier`): its socket's owner at once, then, off the loop within
+    /// `client_identity_timeout`, what can block. The client's socket is connected to this end
+    /// of the connection, or, on the transparent listener, to the original destination.
+    /// Nothing the client sent takes part. Otherwise nothing is looked up. Then admit.
     func identifyClient(_ request: ClientRequest) {
-        guard !config.clients.isEmpty else { return go(on: request, client: .notApplied) }
+        guard !config.clients.isEmpty || config.proxy.maxTunnelsPerClient != nil else { return admit(request, identity: nil) }
         let clientsEnd: SocketAddress? = switch request {
         case .connect: ourEnd
         case .transparent(_, let original, _): original
@@ -40,7 +40,7 @@ extension ClientConnection {
                                 deadline: ProcessLimits.monotonicSeconds() + timeout) { [weak self] parts in self?.identityLookedUp(parts) }
         switch start {
         case .known(let identity):
-            decideForClient(request, identity)
+            admit(request, identity: identity)
         case .pending(let pending):
             let timer = io.timer(after: timeout, repeats: false) { [weak self] in self?.identityTimedOut() }
             enter(.identifying(request, pending, timer: timer))
@@ -50,24 +50,11 @@ extension ClientConnection {
     private func identityLookedUp(_ parts: IdentityLookups.Parts) {
         // The client may have left (or the deadline passed) meanwhile: then nothing waits for it.
         guard case .identifying(let request, let pending, _) = state else { return }
-        decideForClient(request, pending.identity(with: parts))
+        admit(request, identity: pending.identity(with: parts))
     }
 
     private func identityTimedOut() {
         guard case .identifying(let request, let pending, _) = state else { return unexpected("the client identity timer") }
-        decideForClient(request, pending.identityWithoutLookups)
-    }
-
-    private func decideForClient(_ request: ClientRequest, _ identity: ClientIdentity) {
-        go(on: request, client: ClientPolicy.decide(host: request.host, identity: identity, rules: config.clients))
-    }
-
-    /// The step after identification: the policy of a CONNECT's host, or a transparent
-    /// client's route.
-    private func go(on request: ClientRequest, client: ClientDecision) {
-        switch request {
-        case .connect(let target): lookUpPolicy(target, client: client)
-        case .transparent(let host, let original, let hello): routeTransparent(host: host, original: original, hello: hello, client: client)
-        }
+        admit(request, identity: pending.identityWithoutLookups)
     }
 }

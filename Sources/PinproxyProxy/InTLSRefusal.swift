@@ -307,8 +307,6 @@ extension ClientConnection {
 
     private func inTLSRefusalFinished(_ outcome: InTLSRefusal<IO>.Outcome) {
         guard case .refusingInTLS(_, let reason, _) = state else { return unexpected("the end of an in-TLS refusal") }
-        // A capture loop is logged once per start (`logDecision`), not once per connection.
-        if reason == .captureLoop { return close() }
         switch outcome {
         case .answered:
             logEvent(.info, "refusal-in-tls", detail: "\(reason.rawValue): the refusal page was sent inside the client's TLS")

@@ -5,7 +5,7 @@ import PinproxyPolicy
 import PinproxyService
 
 extension ClientConnection {
-    /// Steps 7–8 (allowed): log the decision, answer 200, then read the client's ClientHello
+    /// Respond and intercept (allowed): record the decision, answer 200, then read the client's ClientHello
     /// (`NegotiateProtocol.swift`) to settle the protocol before answering it, all within the
     /// client's `handshake_timeout`.
     func intercept(_ tunnel: Tunnel) {
@@ -15,7 +15,7 @@ extension ClientConnection {
         readClientHello(tunnel, timer: timer)
     }
 
-    /// Steps 7–8 for a transparent client: there is no CONNECT to answer, and the upstream was
+    /// Respond and intercept for a transparent client: there is no CONNECT to answer, and the upstream was
     /// offered the client's own ALPN list, so the ClientHello waiting in the buffer is answered
     /// at once with what the upstream negotiated, within the client's `handshake_timeout`.
     func interceptTransparent(_ tunnel: Tunnel) {
@@ -24,8 +24,8 @@ extension ClientConnection {
         acceptClientTLS(tunnel, timer: timer)
     }
 
-    /// The decision line (and metrics) of an admitted upstream; `note` says why it is not the
-    /// first, and `reopenChange` how its verdict differs from the first's.
+    /// The decision (line, metrics, report) of an admitted upstream; `note` says why it is not
+    /// the first, and `reopenChange` how its verdict differs from the first's.
     func logAdmission(_ tunnel: Tunnel, note: String?, reopenChange: Verdict.Outcome? = nil) {
         let verdict = tunnel.verdict
         let outcome: ConnectionOutcome = verdict.outcome == .allow ? .allowed : .reportOnly
@@ -34,28 +34,21 @@ extension ClientConnection {
         let unanswered = tunnel.upstream.connection.clientCertificateRequested && tunnel.destination.entry.policy.clientIdentity == nil
             ? ["the upstream asked for a client certificate and \(tunnel.destination.entry.name) has none to give (client_certificate): it may close the connection"]
             : []
-        let client = tunnel.destination.client
-        // An unknown client a [clients."unknown"] section admitted: the line says so.
+        // An unknown (or partly known) client a [clients."unknown"] section admitted: the line says so.
         var unknown: [String] = []
-        if let identity = client.identity, case .unknown = identity { unknown = ["client \(identity)"] }
+        switch tunnel.destination.client.identity {
+        case .some(let identity) where identity.isUnknown: unknown = ["client \(identity)"]
+        case .some, nil: break
+        }
         var detail = ([note].compactMap { $0 } + unknown + verdict.notes + unanswered + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
-        logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
-                    reopenChange: reopenChange)
-        guard note == nil else { return }
-        report(verdict, host: tunnel.destination.host, port: tunnel.destination.port, client: client)
-        if let reason = verdict.reason {
-            shared.metrics.connection(outcome: .reportOnly, reason: reason, listener: listener, client: client.metricLabel)
-            shared.metrics.refusal(hostPattern: ProxyMetrics.patternLabel(for: verdict.entry), reason: reason, reportOnly: true,
-                                          client: client.metricLabel)
-        } else {
-            shared.metrics.connection(outcome: .allowed, reason: nil, listener: listener, client: client.metricLabel)
-        }
+        record(.init(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
+                     reopen: note == nil ? .first : .reopened(changed: reopenChange)))
     }
 
-    /// Step 8c: terminate the client's TLS with a leaf for the CONNECT host minted by the local
+    /// Intercept: terminate the client's TLS with a leaf for the CONNECT host minted by the local
     /// CA, selecting the protocol the upstream negotiated, within `timer` (the client's
     /// `handshake_timeout`). A client whose SNI names another host fails the handshake
     /// (unrecognized_name): not a byte is relayed.

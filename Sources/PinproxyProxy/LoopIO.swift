@@ -66,6 +66,11 @@ struct LoopIO: ConnectionIO {
                          metrics: shared.metrics, done: done)
     }
 
+    func record(_ record: ConnectionRecord) {
+        shared.recorder.record(record)
+        if case .tunnelClosed = record.event { shared.openTunnels.subtract(1, ordering: .relaxed) }
+    }
+
     func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
                         client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval,
                         done: @escaping (CustomCheckResult) -> Void) {

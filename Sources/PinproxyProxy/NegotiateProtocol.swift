@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 8a: after the 200, read the client's ClientHello (it stays buffered for the real
+    /// Intercept, first: after the 200, read the client's ClientHello (it stays buffered for the real
     /// handshake) to learn its ALPN offer, then settle the protocol: the client gets what the
     /// upstream negotiated when it can (`ALPNAgreement.carries`), else the upstream is reopened
     /// with the client's offer. `timer` is the client's `handshake_timeout`.
@@ -39,7 +39,7 @@ extension ClientConnection {
         }
     }
 
-    /// Step 8b: the client does not offer what the upstream negotiated (state `reopening`). The
+    /// Reopen: the client does not offer what the upstream negotiated (state `reopening`). The
     /// upstream connection is closed and opened again, at the same address, offering the
     /// client's list (http/1.1 for a client that offers none); its session, cached once the
     /// verdict admitted it, makes that a resumed handshake where the server allows. The verdict
@@ -53,7 +53,7 @@ extension ClientConnection {
         enter(.reopening(tunnel.destination, Reopen(hello: hello, first: tunnel.verdict.outcome), step))
     }
 
-    /// Step 8b (continued): the reopened upstream passed the verdict: its decision line, then
+    /// Reopen, then: the reopened upstream passed the verdict: its decision line, then
     /// the client's handshake with the protocol it negotiated, within a new `handshake_timeout`.
     /// Its verdict may differ from the `first` upstream's, which the 200 described (a report-only
     /// key behind a pinned one, under `enforce = false`): the tunnel goes on as that verdict
@@ -61,7 +61,6 @@ extension ClientConnection {
     func admitReopened(_ tunnel: Tunnel, for hello: ClientHello, after first: Verdict.Outcome) {
         let offered = hello.alpn?.description ?? "no ALPN"
         let changed = tunnel.verdict.outcome != first ? tunnel.verdict.outcome : nil
-        if changed != nil { shared.metrics.reopenVerdictChanged() }
         logAdmission(tunnel, note: "upstream reopened for the client's ALPN offer (\(offered))", reopenChange: changed)
         let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         acceptClientTLS(tunnel, timer: timer)

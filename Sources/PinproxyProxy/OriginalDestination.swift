@@ -3,11 +3,12 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Transparent step 2: the destination of a redirected client (identified next, with `[clients]`). The host is its SNI (or,
-    /// without one, the address it connected to, when an entry names that address); the port
-    /// and, unless `[resolve]` names the host, the address are its original destination (the
-    /// client's own DNS answer). The checks of a CONNECT follow (`allow_ports`, the entry's
-    /// ports, `block_private_destinations`), then the connect, offering the client's own ALPN list.
+    /// Original destination (transparent listener): the destination of a redirected client
+    /// (identified and admitted next, `Admit.swift`). The host is its SNI (or, without one, the
+    /// address it connected to, when an entry names that address); the port and, unless
+    /// `[resolve]` names the host, the address are its original destination (the client's own
+    /// DNS answer). The checks of a CONNECT follow (`allow_ports`, the entry's ports,
+    /// `block_private_destinations`), then the connect, offering the client's own ALPN list.
     ///
     /// Refused as `capture-loop`: a connection that is not a redirected one (made straight to
     /// the listener: its original destination is the listener, or conntrack knows none), so
@@ -42,20 +43,6 @@ extension ClientConnection {
             }
         }
         identifyClient(.transparent(host: host, original: original, hello: hello))
-    }
-
-    /// Transparent step 3, once the client is identified (with `[clients]`): client-denied,
-    /// host-denied and port-denied, then the addresses.
-    func routeTransparent(host: TargetHost, original: SocketAddress, hello: ClientHello, client: ClientDecision) {
-        let destination = Destination(host: host, port: original.port, entry: config.policies.lookup(host),
-                                      context: config.verdictContext, client: client)
-        if client.outcome == .refuse { return refuse(.clientDenied, client.detail, for: destination) }
-        if let verdict = TrustEvaluator.evaluateRequest(port: original.port, entry: destination.entry), !verdict.allowsConnection {
-            return refuse(verdict: verdict, for: destination)
-        }
-        if destination.entry.policy.mode == .tunnel { return routeTransparentTunnel(hello, to: original, for: destination) }
-        let upstreamAddresses = host.serverName.flatMap { config.resolve[$0] } ?? [original.address]
-        checkDestinations(upstreamAddresses, for: destination, transparent: hello)
     }
 
     /// A connection made straight to the transparent listener: refused inside its TLS, for

@@ -73,7 +73,8 @@ public enum RequestLine: Equatable, Sendable {
 }
 
 extension ClientConnection {
-    /// Step 2: reads the request head within its limits; on the blank line, goes on to policy.
+    /// Parse CONNECT: reads the request head within its limits; on the blank line, goes on to
+    /// identify the client and admit the request.
     func readRequest() {
         while case .readingRequest(var head, let timer) = state {
             let limit = head.target == nil ? RequestLine.maxRequestLineBytes : RequestLine.maxHeaderBytes - head.headerBytes

@@ -83,7 +83,7 @@ extension ClientConnection {
     /// hides the name it really wants behind the one the tunnel was opened for.
     func tunnelRefusal(_ hello: ClientHello, for destination: Destination) -> (RefusalReason, String)? {
         guard hello.offersEncryptedClientHello else { return nil }
-        return (.destinationMismatch, "the ClientHello carries encrypted_client_hello: the name it is for is hidden, so the tunnel cannot be bound to \(destination.host) (\(destination.entry.name) has mode = \"tunnel\"); nothing was relayed")
+        return (.destinationMismatch, Admission.echRefusal(host: destination.host, entry: destination.entry))
     }
 
     private func tunnelHelloTimedOut() {
@@ -100,9 +100,7 @@ extension ClientConnection {
     /// A tunnel refused once its 200 has gone out: logged as the connection's decision (status
     /// 200), counted, and closed; not a byte went upstream.
     func refuseTunnel(_ reason: RefusalReason, _ detail: String) {
-        logDecision(outcome: .refused, reason: reason, status: 200, detail: detail, verdict: nil)
-        shared.metrics.connection(outcome: .refused, reason: reason, listener: listener)
-        shared.metrics.refusal(hostPattern: logSubject?.entry.map(ProxyMetrics.patternLabel(for:)) ?? ProxyMetrics.noPatternLabel, reason: reason)
+        record(.init(outcome: .refused, reason: reason, status: 200, detail: detail))
         close()
     }
 
@@ -111,10 +109,8 @@ extension ClientConnection {
     private func startPassThrough(_ passage: PassThrough<IO.Endpoint>) {
         // The upstream's events now go to the relay.
         passage.upstream.onEvent = nil
-        logDecision(outcome: .tunnel, reason: nil, status: 200,
-                    detail: "\(passage.destination.entry.name) has mode = \"tunnel\": the client's TLS is relayed to \(passage.address) unverified",
-                    verdict: nil)
-        shared.metrics.connection(outcome: .tunnel, reason: nil, listener: listener)
+        record(.init(outcome: .tunnel, reason: nil, status: 200,
+                     detail: "\(passage.destination.entry.name) has mode = \"tunnel\": the client's TLS is relayed to \(passage.address) unverified"))
         let relay = ByteRelay(client: clientSide, upstream: passage.upstream, limit: config.proxy.relayBufferBytes)
         passage.relayStarted = Date()
         passage.lastActivity = io.now

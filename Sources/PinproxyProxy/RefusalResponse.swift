@@ -209,6 +209,8 @@ extension RefusalResponse {
             return "the client named no host (no SNI): add a [hosts.\"\(host)\"] entry for the address it connected to, in \(config); \(apply)"
         case .captureLoop:
             return "none here: either pinproxy's own connection was captured (run pinproxy as a user of exempt_users in [capture] of \(config), then `pinproxy egress apply`), or this connection was made straight to the transparent listener, which relays only connections the egress lock redirects to it."
+        case .clientLimit:
+            return "close some of this client's open tunnels, or raise max_tunnels_per_client in [proxy] of \(config); \(apply)"
         case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
             return "none needed: pinproxy could not reach \(host):\(page.port), which is not a policy decision."
         case .customCheck, .cleartextDenied, .badRequest:

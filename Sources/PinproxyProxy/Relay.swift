@@ -5,7 +5,7 @@ extension ClientConnection {
     /// A direction of the tunnel: up is client to upstream.
     typealias Direction = TLSRelay.Direction
 
-    /// Step 9 begins: the client's handshake is done (state `handingOver`). The relay takes both
+    /// Relay, first: the client's handshake is done (state `handingOver`). The relay takes both
     /// TLS connections out of their buffer events on the loop's next pass, outside libevent's
     /// callbacks for them.
     func startRelay(_ tunnel: Tunnel) {
@@ -15,7 +15,7 @@ extension ClientConnection {
         enter(.handingOver(tunnel, handOver: handOver))
     }
 
-    /// Step 9: bytes both ways between the two TLS connections (`TLSRelay`). A direction whose
+    /// Relay: bytes both ways between the two TLS connections (`TLSRelay`). A direction whose
     /// sink is full holds at most one read (`relay_buffer_bytes`, at most one TLS record) and
     /// stops reading until the sink has taken it. Half-close (except for `h2`): when one side
     /// stops sending, everything it sent has been delivered, and the other peer gets a TLS

@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 4: addresses from `[resolve]`, the IP literal itself, or DNS without blocking the
+    /// Resolve: addresses from `[resolve]`, the IP literal itself, or DNS without blocking the
     /// loop (within `dns_timeout`); then, with `block_private_destinations`, only public
     /// addresses are kept.
     func resolve(_ destination: Destination) {

@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Transparent step 1 (after accept on `transparent_listen`): the client sent no CONNECT,
+    /// The transparent listener's ClientHello (after accept on `transparent_listen`): the client sent no CONNECT,
     /// so its ClientHello says which host it wants. It is read within `request_timeout` and
     /// stays buffered for the real handshake; `addresses` were read from the socket at accept.
     func startTransparent(_ addresses: ConnectionAddresses) {

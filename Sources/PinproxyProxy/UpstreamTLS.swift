@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Step 5b: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
+    /// Upstream TLS: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
     /// literals), ALPN `offer` (h2, http/1.1; the client's own offer for a transparent client or
     /// when reopened for it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
     /// the entry's `client_certificate` for a server that asks for one.

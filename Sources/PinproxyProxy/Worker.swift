@@ -14,6 +14,8 @@ final class SharedState: Sendable {
     let interceptTLS: TLSServerContext
     let log: AccessLog
     let metrics: ProxyMetrics
+    /// Writes connection records (`ConnectionRecord`): lines, metrics, reports.
+    let recorder: ConnectionRecorder
     /// Upstream sessions for resumption, keyed by `ClientConnection.sessionKey`.
     let sessions = TLSSessionCache()
     let openConnections = Atomic<Int>(0)
@@ -30,8 +32,8 @@ final class SharedState: Sendable {
     let ownUpstreams: OwnUpstreams?
     /// The transparent listeners' addresses, as bound at start (`transparent_listen` is restart-only).
     let transparentListeners: [SocketAddress]
-    /// Whether a `capture-loop` decision has been logged since the start (it is logged once).
-    let captureLoopLogged = Atomic<Bool>(false)
+    /// The tunnels each client holds, under `max_tunnels_per_client`.
+    let clientTunnels = ClientTunnels()
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
     let descriptorCeiling: Int
@@ -66,12 +68,15 @@ final class SharedState: Sendable {
             },
             resolve: { [policy] host in policy.config.resolve[host]?.first?.description ?? host },
             log: { [log] warning, detail in log.emit(warning ? .warning : .error, "report-failed", [(.detail, detail)]) })
+        recorder = ConnectionRecorder(log: log, metrics: metrics) { [reports] verdict, host, port, client in
+            Self.report(verdict, host: host, port: port, client: client, to: reports)
+        }
     }
 
     /// Sends a pin-failure report for `verdict`, when a certificate reason refused (or would
     /// have refused) the connection to `host`:`port`; `client` is the identity it carries
     /// (`report_client_identity`), if any.
-    func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientIdentity?) {
+    private static func report(_ verdict: Verdict, host: TargetHost, port: UInt16, client: ClientIdentity?, to reports: PinFailureReporter?) {
         guard let reports, let reason = verdict.reason, reason.traits.isCertificateReason else { return }
         reports.submit(host: host, port: port) { PinFailureReport.json(verdict: verdict, host: host, port: port, at: Date(), client: client) }
     }
@@ -86,13 +91,9 @@ final class SharedState: Sendable {
         metrics.tunnelOpened()
     }
 
-    func tunnelClosed() {
-        openTunnels.subtract(1, ordering: .relaxed)
-        metrics.tunnelClosed()
-    }
 }
 
-/// Step 1: one event loop on its own thread, with its own listeners (SO_REUSEPORT, so the
+/// Accept: one event loop on its own thread, with its own listeners (SO_REUSEPORT, so the
 /// kernel spreads accepts across workers), DNS resolver and connections.
 final class Worker: @unchecked Sendable {
     let loop: EventLoop

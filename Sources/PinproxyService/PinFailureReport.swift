@@ -29,7 +29,7 @@ public enum PinFailureReport {
             "pinproxy-detail": verdict.failures.map(\.description).joined(separator: "; "),
         ]
         switch client {
-        case .local(let local):
+        case .local(let local), .partlyKnown(let local, _):
             object["pinproxy-client"] = ["uid": Int(local.uid), "user": local.user as Any, "unit": local.unit as Any, "exe": local.exe as Any]
                 .compactMapValues { $0 is String || $0 is Int ? $0 : nil }
         case .unknown: object["pinproxy-client"] = "unknown"

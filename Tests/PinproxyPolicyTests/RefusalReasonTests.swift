@@ -24,6 +24,7 @@ final class RefusalReasonTests: XCTestCase {
         (.badRequest, 400, false, false, false, "http_request_error"),
         (.noSNI, 403, false, false, false, "http_request_error"),
         (.captureLoop, 403, false, false, false, "proxy_loop_detected"),
+        (.clientLimit, 429, false, false, false, "http_request_denied"),
         (.dnsFailure, 502, false, false, false, "dns_error"),
         (.upstreamUnreachable, 502, false, false, false, "destination_unavailable"),
         (.handshakeFailed, 502, false, false, false, "tls_protocol_error"),

@@ -1,6 +1,7 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
-import PinproxyPolicy
+@testable import PinproxyPolicy
 import XCTest
 
 /// `TrustStore.verify` remembers chains it verified in the memory it is given (`VerifiedChains`). The memory may only save
@@ -21,6 +22,20 @@ final class VerifiedChainsTests: XCTestCase {
         let chain = try pki.certificates("api-chain.pem")
         leaf = chain[0]
         intermediates = Array(chain.dropFirst())
+    }
+
+    /// The memory's clock is the context's: a chain is remembered for `lifetime` of it, no longer.
+    func testARememberedChainIsForgottenAfterItsLifetimeOnTheContextsClock() {
+        let clock = Locked<TimeInterval>(100)
+        let context = VerdictContext(publicSuffixes: PublicSuffixList(text: ""), monotonicClock: { clock.withLock { $0 } })
+        let memory = context.verifiedChains
+        XCTAssertTrue(store.verify(leaf: leaf, intermediates: intermediates, at: evaluationTime, remembering: memory).isVerified)
+        let key = VerifiedChains.Key(leaf: leaf, intermediates: intermediates, crls: nil)
+        XCTAssertNotNil(memory.result(for: key, in: store, at: evaluationTime))
+        clock.withLock { $0 += VerifiedChains.lifetime - 1 }
+        XCTAssertNotNil(memory.result(for: key, in: store, at: evaluationTime))
+        clock.withLock { $0 += 1 }
+        XCTAssertNil(memory.result(for: key, in: store, at: evaluationTime))
     }
 
     private func kinds(_ result: ChainVerification) -> Set<ChainProblem.Kind> { Set(result.problems.map(\.kind)) }

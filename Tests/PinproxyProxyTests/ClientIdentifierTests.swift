@@ -30,10 +30,12 @@ final class ClientIdentifierTests: XCTestCase {
         XCTAssertEqual(cached.identityWithoutLookups, .local(LocalClient(uid: 1000, user: "alice", unit: "backup.service")))
         let looking = PendingIdentity(owner: Self.owner, user: nil, unit: nil)
         XCTAssertEqual(looking.identity(with: .init(user: "alice", unit: .some(nil), exe: nil)), .local(LocalClient(uid: 1000, user: "alice")))
-        // A unit that was not found (in time) makes the client unknown: a unit: section is never skipped.
-        guard case .unknown(let why) = looking.identity(with: .init(user: "alice", unit: nil, exe: nil)) else { return XCTFail() }
+        // A unit that was not found (in time) makes the client partly known, which fails closed
+        // (ClientPolicy.decide): a unit: section is never skipped, and its uid's sections still apply.
+        guard case .partlyKnown(let known, let why) = looking.identity(with: .init(user: "alice", unit: nil, exe: nil)) else { return XCTFail() }
+        XCTAssertEqual(known, LocalClient(uid: 1000, user: "alice"))
         XCTAssertTrue(why.contains("cgroup 7"), why)
-        guard case .unknown = looking.identityWithoutLookups else { return XCTFail() }
+        guard case .partlyKnown(LocalClient(uid: 1000), _) = looking.identityWithoutLookups else { return XCTFail() }
         // The name is best effort.
         let nameless = PendingIdentity(owner: Self.owner, user: nil, unit: .some(nil))
         XCTAssertEqual(nameless.identityWithoutLookups, .local(LocalClient(uid: 1000)))

@@ -19,6 +19,8 @@ final class EmbeddedIO: ConnectionIO {
     private(set) var relays: [EmbeddedRelay] = []
     private(set) var identifications: [(IdentityLookups.Parts) -> Void] = []
     private(set) var customChecks: [(CustomCheckResult) -> Void] = []
+    /// What the connection recorded (`ConnectionRecord`): its decision, its tunnel's end.
+    private(set) var records: [ConnectionRecord] = []
     /// What `readHello` answers.
     var hello: ClientHelloReader.Progress = .incomplete
     /// What `identify` answers.
@@ -99,6 +101,10 @@ final class EmbeddedIO: ConnectionIO {
                   done: @escaping (IdentityLookups.Parts) -> Void) -> ClientIdentifier.Start {
         identifications.append(done)
         return identity
+    }
+
+    func record(_ record: ConnectionRecord) {
+        records.append(record)
     }
 
     func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,

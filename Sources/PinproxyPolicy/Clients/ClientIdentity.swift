@@ -8,13 +8,27 @@ public enum ClientIdentity: Sendable, Equatable, CustomStringConvertible {
     case unknown(why: String)
     /// The peer is not one of this host's addresses: nothing was looked up.
     case remote
+    /// A process on this host owns the client's socket, but a part of who it is (its unit)
+    /// could not be looked up; `missing` says which and why. Fail closed: it answers to the
+    /// sections its known parts match and to `[clients."unknown"]` together (`ClientPolicy.decide`).
+    case partlyKnown(LocalClient, missing: String)
 
-    /// `uid=1000 user=alice unit=backup.service exe=/usr/bin/git`, `unknown (why)` or `remote`.
+    /// `uid=1000 user=alice unit=backup.service exe=/usr/bin/git`, `unknown (why)`, `remote`, or
+    /// `uid=1000 user=alice unknown (why)` for a partly known client.
     public var description: String {
         switch self {
         case .local(let client): return client.description
         case .unknown(let why): return "unknown (\(why))"
         case .remote: return "remote"
+        case .partlyKnown(let client, let missing): return "\(client) unknown (\(missing))"
+        }
+    }
+
+    /// Whether who the client is is not (wholly) known: `unknown`, or partly known.
+    public var isUnknown: Bool {
+        switch self {
+        case .unknown, .partlyKnown: true
+        case .local, .remote: false
         }
     }
 }

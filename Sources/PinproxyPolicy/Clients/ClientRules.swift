@@ -11,10 +11,12 @@ public enum ClientSelector: Hashable, Sendable {
     /// Whether a client with `identity` is what this selector names.
     public func matches(_ identity: ClientIdentity) -> Bool {
         switch (self, identity) {
-        case (.uid(let uid), .local(let client)), (.user(_, let uid), .local(let client)): return client.uid == uid
-        case (.exe(let path), .local(let client)): return client.exe == path
-        case (.unit(let unit), .local(let client)): return client.unit == unit
-        case (.unknown, .unknown), (.remote, .remote): return true
+        case (.uid(let uid), .local(let client)), (.user(_, let uid), .local(let client)),
+             (.uid(let uid), .partlyKnown(let client, _)), (.user(_, let uid), .partlyKnown(let client, _)): return client.uid == uid
+        case (.exe(let path), .local(let client)), (.exe(let path), .partlyKnown(let client, _)): return client.exe == path
+        case (.unit(let unit), .local(let client)), (.unit(let unit), .partlyKnown(let client, _)): return client.unit == unit
+        // What is not known of a partly known client answers to the unknown clients' section.
+        case (.unknown, .unknown), (.unknown, .partlyKnown), (.remote, .remote): return true
         case (.uid, _), (.user, _), (.exe, _), (.unit, _), (.unknown, _), (.remote, _): return false
         }
     }

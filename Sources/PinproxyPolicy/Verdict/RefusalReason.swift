@@ -30,6 +30,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     /// A connection pinproxy made itself came back to its transparent listener, or one was
     /// made straight to it: nothing it could be relayed to.
     case captureLoop = "capture-loop"
+    /// The client holds `max_tunnels_per_client` tunnels already.
+    case clientLimit = "client-limit"
     case dnsFailure = "dns-failure"
     case upstreamUnreachable = "upstream-unreachable"
     case handshakeFailed = "handshake-failed"
@@ -68,6 +70,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .badRequest:              return row(400, false, false, false, .httpRequestError)
         case .noSNI:                   return row(403, false, false, false, .httpRequestError)
         case .captureLoop:             return row(403, false, false, false, .proxyLoopDetected)
+        case .clientLimit:             return row(429, false, false, false, .httpRequestDenied)
         case .dnsFailure:              return row(502, false, false, false, .dnsError)
         case .upstreamUnreachable:     return row(502, false, false, false, .destinationUnavailable)
         case .handshakeFailed:         return row(502, false, false, false, .tlsProtocolError)

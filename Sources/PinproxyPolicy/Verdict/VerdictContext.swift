@@ -1,3 +1,4 @@
+import Foundation
 import PinproxyInterop
 
 /// What the verdict reads besides the entry, loaded with one config generation and handed in
@@ -6,11 +7,15 @@ import PinproxyInterop
 public final class VerdictContext: Sendable {
     /// The list the `wildcard-public-suffix` rule consults.
     public let publicSuffixes: PublicSuffixList
-    /// The chains OpenSSL verified under this generation (`TrustStore.verify`).
+    /// Monotonic seconds: how long a verified chain is remembered (`verifiedChains`).
+    public let monotonicClock: @Sendable () -> TimeInterval
+    /// The chains OpenSSL verified under this generation (`TrustStore.verify`), remembered by
+    /// `monotonicClock`.
     public let verifiedChains: VerifiedChains
 
-    public init(publicSuffixes: PublicSuffixList, verifiedChains: VerifiedChains = VerifiedChains()) {
+    public init(publicSuffixes: PublicSuffixList, monotonicClock: @escaping @Sendable () -> TimeInterval = { ProcessLimits.monotonicSeconds() }) {
         self.publicSuffixes = publicSuffixes
-        self.verifiedChains = verifiedChains
+        self.monotonicClock = monotonicClock
+        verifiedChains = VerifiedChains(clock: monotonicClock)
     }
 }

@@ -40,11 +40,16 @@ public final class VerifiedChains: Sendable {
     /// How long an entry answers at most (monotonic seconds).
     static let lifetime: TimeInterval = 300
 
-    public init() {}
+    /// Monotonic seconds, from the verdict's context (`VerdictContext.monotonicClock`).
+    private let clock: @Sendable () -> TimeInterval
+
+    public init(clock: @escaping @Sendable () -> TimeInterval = { ProcessLimits.monotonicSeconds() }) {
+        self.clock = clock
+    }
 
     func result(for key: Key, in store: TrustStore, at time: Date) -> ChainVerification? {
         let second = Date(timeIntervalSince1970: time.timeIntervalSince1970.rounded(.down))
-        let now = ProcessLimits.monotonicSeconds()
+        let now = clock()
         return stores.withLock { stores -> ChainVerification? in
             guard let entry = stores[ObjectIdentifier(store)]?.entries[key] else { return nil }
             guard now < entry.expires else {
@@ -64,7 +69,7 @@ public final class VerifiedChains: Sendable {
             validUntil = min(validUntil, crl.nextUpdate ?? validUntil)
         }
         let entry = Entry(result: result, validAfter: validAfter, validUntil: validUntil,
-                          expires: ProcessLimits.monotonicSeconds() + Self.lifetime)
+                          expires: clock() + Self.lifetime)
         stores.withLock { stores in
             var remembered = stores[ObjectIdentifier(store)] ?? Remembered(store: store)
             if remembered.entries.count >= Self.capacity { remembered.entries.removeAll() }
