@@ -14,6 +14,16 @@ public struct ClientHello: Sendable {
     }
 }
 
+/// Where reading a client's ClientHello (left buffered for the real handshake) stands.
+public enum ClientHelloProgress: Sendable {
+    /// More bytes are needed.
+    case incomplete
+    case hello(ClientHello)
+    /// Not a ClientHello that can be read (or one too large): the real handshake will fail on
+    /// it, and report why.
+    case unreadable
+}
+
 extension ClientHello {
     /// The first `host_name` of a server_name list (RFC 6066 §3): a type byte, a two-byte
     /// length, the name. Nil when the list is malformed or holds no host name.

@@ -9,16 +9,7 @@ import CPinproxyShims
 /// frees it once.
 public final class BufferEvent {
     /// What an event callback reports.
-    public struct Events: OptionSet, Sendable {
-        public let rawValue: Int16
-        public init(rawValue: Int16) { self.rawValue = rawValue }
-        public static let reading = Events(rawValue: Int16(BEV_EVENT_READING))
-        public static let writing = Events(rawValue: Int16(BEV_EVENT_WRITING))
-        public static let eof = Events(rawValue: Int16(BEV_EVENT_EOF))
-        public static let error = Events(rawValue: Int16(BEV_EVENT_ERROR))
-        public static let timeout = Events(rawValue: Int16(BEV_EVENT_TIMEOUT))
-        public static let connected = Events(rawValue: Int16(BEV_EVENT_CONNECTED))
-    }
+    public typealias Events = EndpointEvents
 
     /// The result of asking for one line of the input.
     public typealias Line = BufferedLine
@@ -68,7 +59,7 @@ public final class BufferEvent {
             Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().onWrite?()
         }, { _, what, context in
             guard let context else { return }
-            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().onEvent?(Events(rawValue: what))
+            Unmanaged<BufferEvent>.fromOpaque(context).takeUnretainedValue().onEvent?(Events(libevent: what))
         }, context)
     }
 
@@ -295,4 +286,18 @@ public final class BufferEvent {
 private struct OwnedTLS: @unchecked Sendable {
     let ssl: OpaquePointer?
     let socket: Int32
+}
+
+extension EndpointEvents {
+    /// The flags of libevent's `what`, each by its name.
+    init(libevent what: Int16) {
+        let what = Int32(what)
+        self = []
+        if what & BEV_EVENT_READING != 0 { insert(.reading) }
+        if what & BEV_EVENT_WRITING != 0 { insert(.writing) }
+        if what & BEV_EVENT_EOF != 0 { insert(.eof) }
+        if what & BEV_EVENT_ERROR != 0 { insert(.error) }
+        if what & BEV_EVENT_TIMEOUT != 0 { insert(.timeout) }
+        if what & BEV_EVENT_CONNECTED != 0 { insert(.connected) }
+    }
 }

@@ -11,15 +11,9 @@ let encryptedClientHelloExtension: UInt32 = 0xfe0d
 /// bytes. Used to learn the client's ALPN offer while the upstream can still be asked again,
 /// and, on the transparent listener, the host it wants (SNI).
 public final class ClientHelloReader {
-    /// Where reading stands.
-    public enum Progress {
-        /// More bytes are needed.
-        case incomplete
-        case hello(ClientHello)
-        /// Not a ClientHello OpenSSL accepts (or one larger than `maximumBytes`): the real
-        /// handshake will fail on it, and report why.
-        case unreadable
-    }
+    /// Where reading stands: `unreadable` is a ClientHello OpenSSL does not accept (or one
+    /// larger than `maximumBytes`).
+    public typealias Progress = ClientHelloProgress
 
     /// More than this without a complete ClientHello is unreadable.
     public static let maximumBytes = 256 * 1024

@@ -75,7 +75,7 @@ final class ByteRelay<Endpoint: ConnectionEndpoint> {
     }
 
     /// An event on a buffer event, which is the source of `direction` (and the sink of the other).
-    private func event(_ events: BufferEvent.Events, on direction: Direction) {
+    private func event(_ events: EndpointEvents, on direction: Direction) {
         if events.contains(.error) || events.contains(.writing) {
             onEvent?(.failed(client: direction == .up))
             return

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
@@ -195,20 +196,24 @@ final class ClientConnection<IO: ConnectionIO> {
         let connection: IO.Endpoint
         let address: SocketAddress
         let offer: ALPNOffer
-        let started: Date
+        /// When the connect was done (`ConnectionIO.now`).
+        let started: TimeInterval
         /// Its socket's entry among the daemon's own (while a transparent listener is on).
         let own: OwnUpstreams.Registration?
     }
 
     /// An upstream the verdict admitted, the protocol it negotiated, and the relay's counters
-    /// (a class: they change on every read).
+    /// (a class: they change on every read). It keeps the verdict's outcome, not the verdict:
+    /// its checks and certificates are recorded once, and an idle tunnel holds none of them.
     final class Tunnel {
         let destination: Destination
         let upstream: Upstream
-        let verdict: Verdict
+        /// What the verdict admitted it as (a reopened upstream's verdict is compared with it).
+        let outcome: Verdict.Outcome
         /// What the upstream negotiated, which is what the client gets.
         let applicationProtocol: ALPNProtocol?
-        var relayStarted = Date()
+        /// When the relay started (`ConnectionIO.now`).
+        var relayStarted: TimeInterval = 0
         var lastActivity: TimeInterval = 0
         var bytesUp = 0
         var bytesDown = 0
@@ -216,10 +221,10 @@ final class ClientConnection<IO: ConnectionIO> {
         var ended: Set<Direction> = []
         var closeReason = ""
 
-        init(destination: Destination, upstream: Upstream, verdict: Verdict) {
+        init(destination: Destination, upstream: Upstream, outcome: Verdict.Outcome) {
             self.destination = destination
             self.upstream = upstream
-            self.verdict = verdict
+            self.outcome = outcome
             self.applicationProtocol = upstream.connection.selectedProtocol
         }
     }
@@ -359,7 +364,7 @@ final class ClientConnection<IO: ConnectionIO> {
         }
     }
 
-    private func clientEvent(_ events: BufferEvent.Events) {
+    private func clientEvent(_ events: EndpointEvents) {
         switch state {
         case .readingRequest, .readingTransparentHello, .refusing:
             // Gone before its request (or ClientHello) was complete, or after its refusal: nothing to abandon.
@@ -383,7 +388,7 @@ final class ClientConnection<IO: ConnectionIO> {
 
     /// The client closed (or reset) its connection before its tunnel opened: the upstream work
     /// stops at once, both descriptors are freed, and the decision line says so (once).
-    private func clientLeft(_ events: BufferEvent.Events) {
+    private func clientLeft(_ events: EndpointEvents) {
         let how = events.contains(.error) ? "reset" : "closed"
         let abandoned: String
         switch state {
@@ -450,14 +455,14 @@ final class ClientConnection<IO: ConnectionIO> {
             relay.close()
             recordTunnelClosed(tunnel.destination, upstream: tunnel.upstream.address,
                                .init(alpn: tunnel.applicationProtocol, bytesUp: tunnel.bytesUp, bytesDown: tunnel.bytesDown,
-                                     duration: Date().timeIntervalSince(tunnel.relayStarted), why: tunnel.closeReason))
+                                     duration: io.now - tunnel.relayStarted, why: tunnel.closeReason))
         case .readingTunnelHello(let passage, _, _):
             passage.upstream.close()
         case .passingThrough(let passage, let relay, _):
             relay.close()
             recordTunnelClosed(passage.destination, upstream: passage.address,
                                .init(alpn: nil, bytesUp: passage.bytesUp, bytesDown: passage.bytesDown,
-                                     duration: Date().timeIntervalSince(passage.relayStarted), why: passage.closeReason))
+                                     duration: io.now - passage.relayStarted, why: passage.closeReason))
         case .refusingInTLS(_, _, let responder):
             responder?.stop()
         case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .closed:

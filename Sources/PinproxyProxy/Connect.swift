@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 
@@ -31,7 +32,7 @@ extension ClientConnection {
         }
     }
 
-    private func connectFinished(index: Int, _ result: Result<Int32, TCPConnector.Failure>) {
+    private func connectFinished(index: Int, _ result: Result<Int32, TCPConnectFailure>) {
         guard let (destination, step) = dialing, case .connecting(var attempt) = step, attempt.index == index else {
             if case .success(let socket) = result { io.closeSocket(socket) }
             return unexpected("a connect result")

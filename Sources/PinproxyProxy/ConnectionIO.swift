@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
@@ -21,14 +22,16 @@ protocol ConnectionIO {
     /// Moves bytes both ways between two TLS connections once both handshakes are done.
     associatedtype Relay: TunnelRelay
 
-    /// Loop time, in seconds.
+    /// Monotonic seconds: the connection's timers, deadlines and durations.
     var now: TimeInterval { get }
+    /// The time of day the verdict judges certificates at.
+    var wallClock: Date { get }
     /// Calls `action` after `interval` (every `interval` when `repeats`) until the timer is
     /// cancelled or released.
     func timer(after interval: TimeInterval, repeats: Bool, _ action: @escaping () -> Void) -> Timer
     func resolve(_ name: String, _ done: @escaping (Result<[IPAddress], DNSFailure>) -> Void) -> Lookup
     /// A TCP connect to `address` within `timeout`; `done` gets the connected socket.
-    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnector.Failure>) -> Void) -> Dial
+    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnectFailure>) -> Void) -> Dial
     /// Closes a connected socket nothing took over.
     func closeSocket(_ socket: Int32)
     /// A plain connection on a connected socket, which it owns from then on (closed when this throws).
@@ -43,7 +46,7 @@ protocol ConnectionIO {
                    bufferLimit: Int) throws -> Endpoint
     func helloReader() throws -> HelloReader
     /// Feeds `reader` what `endpoint` received since the last call, without consuming it.
-    func readHello(_ reader: HelloReader, from endpoint: Endpoint) -> ClientHelloReader.Progress
+    func readHello(_ reader: HelloReader, from endpoint: Endpoint) -> ClientHelloProgress
     /// Takes both TLS connections out of their endpoints for the relay; nil when one cannot be taken.
     func relay(client: Endpoint, upstream: Endpoint, readLimit: Int) -> Relay?
     /// Starts identifying the client (`ClientIdentifier.start`).
@@ -63,13 +66,13 @@ protocol ConnectionIO {
 protocol ConnectionEndpoint: AnyObject {
     var onRead: (() -> Void)? { get set }
     var onWrite: (() -> Void)? { get set }
-    var onEvent: ((BufferEvent.Events) -> Void)? { get set }
+    var onEvent: ((EndpointEvents) -> Void)? { get set }
     var onRenegotiationAttempt: (() -> Void)? { get set }
     var inputLength: Int { get }
     var outputLength: Int { get }
     func setReading(_ enabled: Bool)
     func setWriteLowWatermark(_ bytes: Int)
-    func readLine(maxLength: Int) -> BufferEvent.Line
+    func readLine(maxLength: Int) -> BufferedLine
     func read(maxLength: Int) -> [UInt8]
     func write(_ bytes: [UInt8])
     /// Moves the whole input to `other`'s output; returns how many bytes moved.

@@ -9,14 +9,14 @@ extension ClientConnection {
     /// client's ALPN offer, which then goes on to the client's handshake.
     func evaluateUpstream(_ upstream: Upstream, for destination: Destination) {
         let connection = upstream.connection
-        shared.metrics.handshakeLatency(Date().timeIntervalSince(upstream.started))
+        shared.metrics.handshakeLatency(io.now - upstream.started)
         // Not read again until the relay starts: what it sends meanwhile waits in the kernel.
         connection.setReading(false)
         let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple)
-        let started = Date()
+        let started = io.now
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
-                                              context: destination.context, at: Date())
-        shared.metrics.verificationLatency(Date().timeIntervalSince(started))
+                                              context: destination.context, at: io.wallClock)
+        shared.metrics.verificationLatency(io.now - started)
         shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
         guard verdict.allowsConnection else {
             if connection.sessionReused { shared.sessions.remove(sessionKey(for: destination)) }
@@ -33,11 +33,12 @@ extension ClientConnection {
     /// joins the verdict here, after every other check.
     private func admit(_ verdict: Verdict, upstream: Upstream, for destination: Destination) {
         upstream.connection.admitSession()
-        let tunnel = Tunnel(destination: destination, upstream: upstream, verdict: TrustEvaluator.adding(destination.client, to: verdict))
+        let verdict = TrustEvaluator.adding(destination.client, to: verdict)
+        let tunnel = Tunnel(destination: destination, upstream: upstream, outcome: verdict.outcome)
         switch state {
-        case .opening: intercept(tunnel)
-        case .openingTransparent: interceptTransparent(tunnel)
-        case .reopening(_, let reopen, _): admitReopened(tunnel, for: reopen.hello, after: reopen.first)
+        case .opening: intercept(tunnel, verdict: verdict)
+        case .openingTransparent: interceptTransparent(tunnel, verdict: verdict)
+        case .reopening(_, let reopen, _): admitReopened(tunnel, verdict: verdict, for: reopen.hello, after: reopen.first)
         case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .readingClientHello, .clientHandshake,
              .handingOver, .relaying, .refusing, .refusingInTLS, .readingTunnelHello, .passingThrough, .closed:
             upstream.connection.close()

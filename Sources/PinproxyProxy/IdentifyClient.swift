@@ -37,7 +37,7 @@ extension ClientConnection {
         }
         let timeout = config.proxy.clientIdentityTimeout
         let start = io.identify(peer: client, ourEnd: clientsEnd, needsExecutable: config.clients.needsExecutable,
-                                deadline: ProcessLimits.monotonicSeconds() + timeout) { [weak self] parts in self?.identityLookedUp(parts) }
+                                deadline: io.now + timeout) { [weak self] parts in self?.identityLookedUp(parts) }
         switch start {
         case .known(let identity):
             admit(request, identity: identity)

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
@@ -129,7 +130,7 @@ final class InTLSRefusal<IO: ConnectionIO> {
 
     // MARK: Events
 
-    private func event(_ events: BufferEvent.Events) {
+    private func event(_ events: EndpointEvents) {
         switch state {
         case .handshaking:
             guard events.contains(.connected) else { return finish(.handshakeFailed(tls.takeTLSErrors().description)) }

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
@@ -8,9 +9,9 @@ extension ClientConnection {
     /// Respond and intercept (allowed): record the decision, answer 200, then read the client's ClientHello
     /// (`NegotiateProtocol.swift`) to settle the protocol before answering it, all within the
     /// client's `handshake_timeout`.
-    func intercept(_ tunnel: Tunnel) {
-        logAdmission(tunnel, note: nil)
-        sendConnectionEstablished(verdict: tunnel.verdict)
+    func intercept(_ tunnel: Tunnel, verdict: Verdict) {
+        logAdmission(tunnel, verdict: verdict, note: nil)
+        sendConnectionEstablished(verdict: verdict)
         let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         readClientHello(tunnel, timer: timer)
     }
@@ -18,16 +19,15 @@ extension ClientConnection {
     /// Respond and intercept for a transparent client: there is no CONNECT to answer, and the upstream was
     /// offered the client's own ALPN list, so the ClientHello waiting in the buffer is answered
     /// at once with what the upstream negotiated, within the client's `handshake_timeout`.
-    func interceptTransparent(_ tunnel: Tunnel) {
-        logAdmission(tunnel, note: nil)
+    func interceptTransparent(_ tunnel: Tunnel, verdict: Verdict) {
+        logAdmission(tunnel, verdict: verdict, note: nil)
         let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         acceptClientTLS(tunnel, timer: timer)
     }
 
-    /// The decision (line, metrics, report) of an admitted upstream; `note` says why it is not
-    /// the first, and `reopenChange` how its verdict differs from the first's.
-    func logAdmission(_ tunnel: Tunnel, note: String?, reopenChange: Verdict.Outcome? = nil) {
-        let verdict = tunnel.verdict
+    /// The decision (line, metrics, report) of an upstream `verdict` admitted; `note` says why
+    /// it is not the first, and `reopenChange` how its verdict differs from the first's.
+    func logAdmission(_ tunnel: Tunnel, verdict: Verdict, note: String?, reopenChange: Verdict.Outcome? = nil) {
         let outcome: ConnectionOutcome = verdict.outcome == .allow ? .allowed : .reportOnly
         let resumed = tunnel.upstream.connection.sessionReused
         // A TLS 1.3 server that requires a certificate says so only after the handshake, by closing.
@@ -67,7 +67,7 @@ extension ClientConnection {
         enter(.clientHandshake(tunnel, timer: timer))
     }
 
-    private func clientHandshakeEvent(_ events: BufferEvent.Events) {
+    private func clientHandshakeEvent(_ events: EndpointEvents) {
         guard case .clientHandshake(let tunnel, _) = state else { return unexpected("a client TLS event (\(events.rawValue))") }
         guard events.contains(.connected) else {
             let failure = clientSide.takeTLSErrors()

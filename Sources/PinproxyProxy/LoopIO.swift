@@ -13,6 +13,8 @@ struct LoopIO: ConnectionIO {
 
     var now: TimeInterval { loop.now }
 
+    var wallClock: Date { Date() }
+
     func timer(after interval: TimeInterval, repeats: Bool, _ action: @escaping () -> Void) -> PinproxyInterop.Timer {
         PinproxyInterop.Timer(loop: loop, after: interval, repeats: repeats, action)
     }
@@ -21,7 +23,7 @@ struct LoopIO: ConnectionIO {
         resolver.resolve(name, completion: done)
     }
 
-    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnector.Failure>) -> Void) -> TCPConnector {
+    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnectFailure>) -> Void) -> TCPConnector {
         TCPConnector(loop: loop, address: address, timeout: timeout, completion: done)
     }
 
@@ -51,7 +53,7 @@ struct LoopIO: ConnectionIO {
         try ClientHelloReader()
     }
 
-    func readHello(_ reader: ClientHelloReader, from endpoint: BufferEvent) -> ClientHelloReader.Progress {
+    func readHello(_ reader: ClientHelloReader, from endpoint: BufferEvent) -> ClientHelloProgress {
         reader.read(from: endpoint)
     }
 

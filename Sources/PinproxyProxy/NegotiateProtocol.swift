@@ -50,7 +50,7 @@ extension ClientConnection {
         first.takeSessionTickets()
         first.close()
         let step = dial([tunnel.upstream.address.address], port: tunnel.destination.port)
-        enter(.reopening(tunnel.destination, Reopen(hello: hello, first: tunnel.verdict.outcome), step))
+        enter(.reopening(tunnel.destination, Reopen(hello: hello, first: tunnel.outcome), step))
     }
 
     /// Reopen, then: the reopened upstream passed the verdict: its decision line, then
@@ -58,10 +58,10 @@ extension ClientConnection {
     /// Its verdict may differ from the `first` upstream's, which the 200 described (a report-only
     /// key behind a pinned one, under `enforce = false`): the tunnel goes on as that verdict
     /// allows, and the decision line and a counter say that it changed.
-    func admitReopened(_ tunnel: Tunnel, for hello: ClientHello, after first: Verdict.Outcome) {
+    func admitReopened(_ tunnel: Tunnel, verdict: Verdict, for hello: ClientHello, after first: Verdict.Outcome) {
         let offered = hello.alpn?.description ?? "no ALPN"
-        let changed = tunnel.verdict.outcome != first ? tunnel.verdict.outcome : nil
-        logAdmission(tunnel, note: "upstream reopened for the client's ALPN offer (\(offered))", reopenChange: changed)
+        let changed = verdict.outcome != first ? verdict.outcome : nil
+        logAdmission(tunnel, verdict: verdict, note: "upstream reopened for the client's ALPN offer (\(offered))", reopenChange: changed)
         let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.clientHandshakeTimedOut() }
         acceptClientTLS(tunnel, timer: timer)
     }

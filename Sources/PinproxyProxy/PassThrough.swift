@@ -11,7 +11,8 @@ final class PassThrough<Endpoint: ConnectionEndpoint> {
     let address: SocketAddress
     /// Its socket's entry among the daemon's own (while a transparent listener is on).
     let own: OwnUpstreams.Registration?
-    var relayStarted = Date()
+    /// When the relay started (`ConnectionIO.now`).
+    var relayStarted: TimeInterval = 0
     var lastActivity: TimeInterval = 0
     var bytesUp = 0
     var bytesDown = 0
@@ -112,7 +113,7 @@ extension ClientConnection {
         record(.init(outcome: .tunnel, reason: nil, status: 200,
                      detail: "\(passage.destination.entry.name) has mode = \"tunnel\": the client's TLS is relayed to \(passage.address) unverified"))
         let relay = ByteRelay(client: clientSide, upstream: passage.upstream, limit: config.proxy.relayBufferBytes)
-        passage.relayStarted = Date()
+        passage.relayStarted = io.now
         passage.lastActivity = io.now
         let idle = config.proxy.idleTimeout
         let idleCheck = io.timer(after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkPassThroughIdle() }

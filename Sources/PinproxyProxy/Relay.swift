@@ -26,7 +26,7 @@ extension ClientConnection {
         guard let relay = io.relay(client: clientSide, upstream: tunnel.upstream.connection, readLimit: config.proxy.relayBufferBytes) else {
             return unexpected("a TLS connection that cannot be handed to the relay")
         }
-        tunnel.relayStarted = Date()
+        tunnel.relayStarted = io.now
         tunnel.lastActivity = io.now
         let idle = config.proxy.idleTimeout
         let idleCheck = io.timer(after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkIdle() }

@@ -33,7 +33,7 @@ extension ClientConnection {
         connection.onEvent = { [weak self] events in self?.upstreamEvent(events) }
         connection.onRenegotiationAttempt = { [weak self] in self?.upstreamRenegotiationAttempted() }
         let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.upstreamHandshakeTimedOut() }
-        let upstream = Upstream(connection: connection, address: address, offer: offer, started: Date(), own: own)
+        let upstream = Upstream(connection: connection, address: address, offer: offer, started: io.now, own: own)
         advance(.handshaking(upstream, timer: timer))
     }
 

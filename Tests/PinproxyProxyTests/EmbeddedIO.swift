@@ -8,6 +8,8 @@ import PinproxyPolicy
 /// fire the events, one at a time, on the test's thread.
 final class EmbeddedIO: ConnectionIO {
     var now: TimeInterval = 1_000
+    /// The time of day the verdict judges at: within the test PKI's validity.
+    var wallClock = Date()
     private var madeTimers: [WeakTimer] = []
     private(set) var lookups: [EmbeddedWork<Result<[IPAddress], DNSFailure>>] = []
     private(set) var dials: [EmbeddedDial] = []
@@ -49,7 +51,7 @@ final class EmbeddedIO: ConnectionIO {
         return lookup
     }
 
-    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnector.Failure>) -> Void) -> EmbeddedDial {
+    func connect(to address: SocketAddress, timeout: TimeInterval, _ done: @escaping (Result<Int32, TCPConnectFailure>) -> Void) -> EmbeddedDial {
         let dial = EmbeddedDial(address: address, timeout: timeout, work: EmbeddedWork(name: address.description, done: done))
         dials.append(dial)
         return dial
@@ -86,7 +88,7 @@ final class EmbeddedIO: ConnectionIO {
 
     func helloReader() throws -> Void {}
 
-    func readHello(_ reader: Void, from endpoint: EmbeddedEndpoint) -> ClientHelloReader.Progress {
+    func readHello(_ reader: Void, from endpoint: EmbeddedEndpoint) -> ClientHelloProgress {
         hello
     }
 
@@ -164,7 +166,7 @@ final class EmbeddedWork<Answer>: PendingWork {
 struct EmbeddedDial: PendingWork {
     let address: SocketAddress
     let timeout: TimeInterval
-    let work: EmbeddedWork<Result<Int32, TCPConnector.Failure>>
+    let work: EmbeddedWork<Result<Int32, TCPConnectFailure>>
 
     func cancel() {
         work.cancel()
