@@ -61,7 +61,8 @@ final class ClientConnection<IO: ConnectionIO> {
         case identifying(ClientRequest, PendingIdentity, timer: IO.Timer)
         /// Waiting for DNS, within `dns_timeout`.
         case resolving(Destination, IO.Lookup, timer: IO.Timer)
-        /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
+        /// Transparent listener, an entry whose admission proves nothing about the name
+        /// (`mode = "tunnel"`, `allow-insecure`, …): waiting for DNS, within `dns_timeout`, to
         /// learn whether the client's original destination is an address of the name it sent
         /// (`TunnelDestination.swift`); its ClientHello waits in the buffer.
         case bindingTunnel(Destination, original: SocketAddress, ClientHello, IO.Lookup, timer: IO.Timer)
@@ -450,7 +451,8 @@ final class ClientConnection<IO: ConnectionIO> {
             shared.tunnelClosed()
             shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
                 (.listener, listener.rawValue), (.host, destination.host.description),
-                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
+                (.port, String(destination.port)), (.upstream, tunnel.upstream.address.description), (.entry, destination.entry.name),
+                (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(tunnel.relayStarted))), (.detail, tunnel.closeReason),
             ])
@@ -462,7 +464,8 @@ final class ClientConnection<IO: ConnectionIO> {
             shared.tunnelClosed()
             shared.log.emit(.info, "tunnel-closed", [
                 (.client, client?.description ?? "-"), (.listener, listener.rawValue), (.host, destination.host.description),
-                (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, "-"), (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
+                (.port, String(destination.port)), (.upstream, passage.address.description), (.entry, destination.entry.name), (.alpn, "-"),
+                (.bytesUp, String(passage.bytesUp)), (.bytesDown, String(passage.bytesDown)),
                 (.duration, String(format: "%.3f", Date().timeIntervalSince(passage.relayStarted))), (.detail, passage.closeReason),
             ])
         case .refusingInTLS(_, _, let responder):
@@ -495,6 +498,21 @@ final class ClientConnection<IO: ConnectionIO> {
         case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
             return (passage.destination.host, passage.destination.port, passage.destination.entry)
         case .refusing, .closed:
+            return nil
+        }
+    }
+
+    /// The address of the upstream the current state has connected to; nil before a connect
+    /// succeeded (or when none is made).
+    var upstreamAddress: SocketAddress? {
+        switch state {
+        case .opening(_, let step), .openingTransparent(_, _, let step), .reopening(_, _, let step):
+            return step.upstream?.address
+        case .readingClientHello(let tunnel, _, _), .clientHandshake(let tunnel, _), .handingOver(let tunnel, _), .relaying(let tunnel, _, _):
+            return tunnel.upstream.address
+        case .readingTunnelHello(let passage, _, _), .passingThrough(let passage, _, _):
+            return passage.address
+        case .readingRequest, .readingTransparentHello, .identifying, .resolving, .bindingTunnel, .refusing, .refusingInTLS, .closed:
             return nil
         }
     }

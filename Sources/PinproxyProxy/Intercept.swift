@@ -43,7 +43,7 @@ extension ClientConnection {
             detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
-                    reopenChange: reopenChange)
+                    reopenChange: reopenChange, upstream: tunnel.upstream.address)
         guard note == nil else { return }
         report(verdict, host: tunnel.destination.host, port: tunnel.destination.port, client: client)
         if let reason = verdict.reason {

@@ -45,7 +45,9 @@ extension ClientConnection {
     }
 
     /// Transparent step 3, once the client is identified (with `[clients]`): client-denied,
-    /// host-denied and port-denied, then the addresses.
+    /// host-denied and port-denied, then the addresses: `[resolve]`'s, else the original
+    /// destination, which an entry whose admission proves nothing about the name must bind
+    /// to the name first (`TunnelDestination.swift`).
     func routeTransparent(host: TargetHost, original: SocketAddress, hello: ClientHello, client: ClientDecision) {
         let destination = Destination(host: host, port: original.port, entry: config.policies.lookup(host),
                                       context: config.verdictContext, client: client)
@@ -53,7 +55,10 @@ extension ClientConnection {
         if let verdict = TrustEvaluator.evaluateRequest(port: original.port, entry: destination.entry), !verdict.allowsConnection {
             return refuse(verdict: verdict, for: destination)
         }
-        if destination.entry.policy.mode == .tunnel { return routeTransparentTunnel(hello, to: original, for: destination) }
+        // The client chose the address: unless the admission proves the name, bind it to the name.
+        guard NameAuthentication.of(destination.entry.policy.settings, at: Date()).isProven else {
+            return bindToName(hello, to: original, for: destination)
+        }
         let upstreamAddresses = host.serverName.flatMap { config.resolve[$0] } ?? [original.address]
         checkDestinations(upstreamAddresses, for: destination, transparent: hello)
     }

@@ -120,9 +120,10 @@ extension ClientConnection {
     /// outcome when it differs from the first upstream's, which the 200 described
     /// (`reopen_outcome`, `reopen_reason`). A local client's identity (`[clients]`) is on every
     /// line: `client_uid`, `client_user`, `client_unit`, `client_exe`, as far as each is known.
+    /// `upstream` is the address the connection connected to (`upstream`, else the state's).
     func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil, client decision: ClientDecision? = nil,
-                     reopenChange: Verdict.Outcome? = nil) {
+                     reopenChange: Verdict.Outcome? = nil, upstream: SocketAddress? = nil) {
         if reason == .captureLoop, shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
         fields += Self.identityFields((decision ?? clientDecision)?.identity)
@@ -134,6 +135,7 @@ extension ClientConnection {
         fields.append((.outcome, outcome.rawValue))
         if let reason { fields.append((.reason, reason.rawValue)) }
         if let status { fields.append((.status, String(status))) }
+        if let upstream = upstream ?? upstreamAddress { fields.append((.upstream, upstream.description)) }
         switch reopenChange {
         case .allow: fields.append((.reopenOutcome, ConnectionOutcome.allowed.rawValue))
         case .reportOnly(let reason): fields += [(.reopenOutcome, ConnectionOutcome.reportOnly.rawValue), (.reopenReason, reason.rawValue)]

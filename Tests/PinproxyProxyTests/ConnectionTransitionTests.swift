@@ -102,9 +102,10 @@ final class ConnectionTransitionTests: XCTestCase {
             harness.upstream?.fire(.connected)
             return harness
         }),
-        ("transparent-connecting", { transparent("insecure.test") }),
+        // An allow-insecure name on the transparent listener is bound to its addresses: here [resolve]'s.
+        ("transparent-connecting", { transparent("bound-insecure.test") }),
         ("transparent-upstream-handshake", {
-            let harness = transparent("insecure.test")
+            let harness = transparent("bound-insecure.test")
             harness.io.dials.last?.work.done(.success(20))
             return harness
         }),
