@@ -15,6 +15,9 @@ final class ClientIdentifier {
         case known(ClientIdentity)
         /// A local client whose remaining parts are being looked up off the loop.
         case pending(PendingIdentity)
+        /// A local client whose remaining parts cannot be looked up (too many lookups wait):
+        /// what is known decides (`PendingIdentity.identityWithoutLookups`), now.
+        case overloaded(PendingIdentity)
     }
 
     private let lookups: IdentityLookups
@@ -64,7 +67,7 @@ final class ClientIdentifier {
                                      deadline: deadline, on: loop, done: done)
         guard started else {
             pending.overloaded = true
-            return .known(pending.identityWithoutLookups)
+            return .overloaded(pending)
         }
         return .pending(pending)
     }
@@ -91,8 +94,13 @@ struct PendingIdentity {
 
     /// The identity once `parts` arrived.
     func identity(with parts: IdentityLookups.Parts) -> ClientIdentity {
-        guard let unit = unit ?? parts.unit else { return unknownUnit }
-        return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe))
+        if let unit { return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe)) }
+        switch parts.unit {
+        case .unit(let unit): return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe))
+        case .noUnit: return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, exe: parts.exe))
+        case .unknown(let why): return .unknown(why: "uid \(owner.uid): its unit cannot be told: \(why)")
+        case nil: return unknownUnit
+        }
     }
 
     /// The identity when `client_identity_timeout` passed first (or nothing is coming): a unit
@@ -101,6 +109,12 @@ struct PendingIdentity {
     var identityWithoutLookups: ClientIdentity {
         guard let unit else { return unknownUnit }
         return .local(LocalClient(uid: owner.uid, user: user ?? nil, unit: unit))
+    }
+
+    /// What is known of a client whose unit is not (`ClientPolicy.decide`'s `partlyKnown`):
+    /// its uid, and its name and program as far as they were found.
+    func partlyKnown(with parts: IdentityLookups.Parts? = nil) -> LocalClient {
+        LocalClient(uid: owner.uid, user: user ?? parts?.user, exe: parts?.exe)
     }
 
     private var unknownUnit: ClientIdentity {

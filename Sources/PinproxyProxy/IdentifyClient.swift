@@ -41,6 +41,8 @@ extension ClientConnection {
         switch start {
         case .known(let identity):
             decideForClient(request, identity)
+        case .overloaded(let pending):
+            decideForClient(request, pending.identityWithoutLookups, partlyKnown: pending.partlyKnown())
         case .pending(let pending):
             let timer = io.timer(after: timeout, repeats: false) { [weak self] in self?.identityTimedOut() }
             enter(.identifying(request, pending, timer: timer))
@@ -50,16 +52,18 @@ extension ClientConnection {
     private func identityLookedUp(_ parts: IdentityLookups.Parts) {
         // The client may have left (or the deadline passed) meanwhile: then nothing waits for it.
         guard case .identifying(let request, let pending, _) = state else { return }
-        decideForClient(request, pending.identity(with: parts))
+        decideForClient(request, pending.identity(with: parts), partlyKnown: pending.partlyKnown(with: parts))
     }
 
     private func identityTimedOut() {
         guard case .identifying(let request, let pending, _) = state else { return unexpected("the client identity timer") }
-        decideForClient(request, pending.identityWithoutLookups)
+        decideForClient(request, pending.identityWithoutLookups, partlyKnown: pending.partlyKnown())
     }
 
-    private func decideForClient(_ request: ClientRequest, _ identity: ClientIdentity) {
-        go(on: request, client: ClientPolicy.decide(host: request.host, identity: identity, rules: config.clients))
+    /// `partlyKnown`: what is known of a local client whose socket was found, for when its
+    /// identity is still unknown (its unit could not be told); `ClientPolicy.decide` fails closed on it.
+    private func decideForClient(_ request: ClientRequest, _ identity: ClientIdentity, partlyKnown: LocalClient? = nil) {
+        go(on: request, client: ClientPolicy.decide(host: request.host, identity: identity, rules: config.clients, partlyKnown: partlyKnown))
     }
 
     /// The step after identification: the policy of a CONNECT's host, or a transparent

@@ -29,7 +29,7 @@ final class ClientIdentifierTests: XCTestCase {
                        .local(LocalClient(uid: 1000, user: "alice", unit: "backup.service", exe: "/usr/bin/git")))
         XCTAssertEqual(cached.identityWithoutLookups, .local(LocalClient(uid: 1000, user: "alice", unit: "backup.service")))
         let looking = PendingIdentity(owner: Self.owner, user: nil, unit: nil)
-        XCTAssertEqual(looking.identity(with: .init(user: "alice", unit: .some(nil), exe: nil)), .local(LocalClient(uid: 1000, user: "alice")))
+        XCTAssertEqual(looking.identity(with: .init(user: "alice", unit: .noUnit, exe: nil)), .local(LocalClient(uid: 1000, user: "alice")))
         // A unit that was not found (in time) makes the client unknown: a unit: section is never skipped.
         guard case .unknown(let why) = looking.identity(with: .init(user: "alice", unit: nil, exe: nil)) else { return XCTFail() }
         XCTAssertTrue(why.contains("cgroup 7"), why)

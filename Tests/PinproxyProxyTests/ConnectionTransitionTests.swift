@@ -181,7 +181,7 @@ final class ConnectionTransitionTests: XCTestCase {
         }),
         ("identity", { harness in
             guard let done = harness.io.identifications.last else { return false }
-            done(IdentityLookups.Parts(user: "backup", unit: .some("backup.service"), exe: nil))
+            done(IdentityLookups.Parts(user: "backup", unit: .unit("backup.service"), exe: nil))
             return true
         }),
         ("dns-answer", { harness in

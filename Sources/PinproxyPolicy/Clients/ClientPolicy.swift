@@ -46,14 +46,25 @@ public enum ClientPolicy {
     ///   without one it gets the host table.
     /// - A refusal by sections that all say `enforce = false` is report-only; one enforcing
     ///   section that refuses makes it a refusal.
-    public static func decide(host: TargetHost, identity: ClientIdentity, rules: ClientRules) -> ClientDecision {
+    /// - A partly known client (`partlyKnown`: a local client whose socket was found but whose
+    ///   unit could not be told, so `identity` is unknown) fails closed: besides
+    ///   `[clients."unknown"]` (without which it is refused), every section it may belong to
+    ///   applies: those that match what is known of it (`uid:`, `user:`, `exe:`) and every
+    ///   `unit:` section, since it may be in any unit.
+    public static func decide(host: TargetHost, identity: ClientIdentity, rules: ClientRules, partlyKnown: LocalClient? = nil) -> ClientDecision {
         guard !rules.isEmpty else { return ClientDecision(identity: identity, sections: [], outcome: .allow, detail: "") }
-        let matching = rules.sections.filter { $0.selector.matches(identity) }
-        let keys = matching.map(\.key)
+        var matching = rules.sections.filter { $0.selector.matches(identity) }
         if case .unknown = identity, matching.isEmpty {
             return ClientDecision(identity: identity, sections: [], outcome: .refuse,
                                   detail: "client \(identity): once [clients] sections exist, an unknown client is refused unless a [clients.\"unknown\"] section admits it")
         }
+        if case .unknown = identity, let partlyKnown {
+            matching = rules.sections.filter { section in
+                if case .unit = section.selector { return true }
+                return section.selector.matches(identity) || section.selector.matches(.local(partlyKnown))
+            }
+        }
+        let keys = matching.map(\.key)
         var refusing: [(section: ClientSection, why: String)] = []
         for section in matching {
             if section.deny.contains(where: { $0.matches(host) }) {
