@@ -173,7 +173,23 @@ action = "deny"
     ]:
         seed("verdict", frame(*chain))
     http2_seeds()
+    cgroups_seeds()
     return 0
+
+
+def cgroups_seeds() -> None:
+    """cgroups: paths (NUL between them) laid out as a systemd host's hierarchy, with the names
+    a delegated unit may choose below its service."""
+    deep = "/".join(f"level{i}" for i in range(1, 13))
+    seed("cgroups", f"/system.slice/ci-runner.service/{deep}".encode())
+    seed("cgroups", b"\0".join([b"/system.slice/system-getty.slice/getty@tty1.service/payload"]
+                               + [f"/system.slice/job{i}.service/a/b/c/d/e/f/g".encode() for i in range(8)]))
+    seed("cgroups", b"\0".join([b"/user.slice/user-1000.slice/user@1000.service/app.slice/evil.service",
+                               b"/user.slice/user-1000.slice/session-2.scope", b"/init.scope",
+                               b"/system.slice/docker-0123.scope/sub", b"/system.slice/x.slice/y.slice/z.service"]))
+    seed("cgroups", b"\0".join([b"/system.slice/ci.service/\xff\xfe/\n/ /-/.hidden/..../a.service",
+                               b"/system.slice/\xff.slice/a.service", b"/system.slice/@.service", b"/system.slice/a b.service",
+                               b"/system.slice/" + b"n" * 247 + b".service/x"]))
 
 
 def http2_seeds() -> None:
@@ -203,5 +219,6 @@ def http2_seeds() -> None:
 
 
 if __name__ == "__main__":
-    # `make-seeds.py http2` writes the http2 seeds alone (the others need fresh keys).
-    sys.exit(http2_seeds() if sys.argv[1:] == ["http2"] else main())
+    # `make-seeds.py http2` (or `cgroups`) writes those seeds alone (the others need fresh keys).
+    only = {"http2": http2_seeds, "cgroups": cgroups_seeds}.get(sys.argv[1] if sys.argv[1:] else "")
+    sys.exit(only() if only else main())

@@ -12,6 +12,9 @@ public struct AccessLog: Sendable {
         case time, level, event, client
         case clientUID = "client_uid", clientUser = "client_user", clientUnit = "client_unit", clientExe = "client_exe"
         case host, port, entry, outcome, reason, status
+        /// `ADDR:PORT` (`[ADDR]:PORT` for IPv6) of the upstream the connection connected to:
+        /// on decision and tunnel lines.
+        case upstream
         case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
         case alpn, detail
         case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"

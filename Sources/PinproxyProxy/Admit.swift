@@ -6,8 +6,8 @@ extension ClientConnection {
     /// Admit (both listeners, once the client is identified): the one admission decision
     /// (`Admission.decide`) on the request, before any upstream work. Refused: the answer goes
     /// out. Admitted: a CONNECT's host is resolved, a transparent client's upstream is its
-    /// original destination (or `[resolve]`). A transparent `mode = "tunnel"` entry's name is
-    /// first resolved (`[resolve]`, else DNS off the loop within `dns_timeout`), as Squid's
+    /// original destination (or `[resolve]`). The name of a transparent client's entry whose
+    /// admission does not authenticate it (`NameAuthentication`) is first resolved (`[resolve]`, else DNS off the loop within `dns_timeout`), as Squid's
     /// `host_verify_strict` does, and the decision taken again with the answer: nothing will
     /// verify that upstream, so its address must be one the name resolves to.
     func admit(_ request: ClientRequest, identity: ClientIdentity?) {
@@ -29,11 +29,11 @@ extension ClientConnection {
             request.clientKey = ClientKey(identity: request.client, address: client?.address)
             decision = shared.clientTunnels.admit(request.clientKey) { held in
                 request.clientTunnels = held
-                return Admission.decide(request, config: config, tunnelLimit: limit, resolution: resolution)
+                return Admission.decide(request, config: config, tunnelLimit: limit, at: io.wallClock, resolution: resolution)
             }
             if case .admit = decision { countedAs = request.clientKey }
         } else {
-            decision = Admission.decide(request, config: config, tunnelLimit: nil, resolution: resolution)
+            decision = Admission.decide(request, config: config, tunnelLimit: nil, at: io.wallClock, resolution: resolution)
         }
         func destination(_ entry: PolicyEntry, _ client: ClientDecision) -> Destination {
             Destination(host: request.host, port: request.port, entry: entry, context: config.verdictContext, client: client)

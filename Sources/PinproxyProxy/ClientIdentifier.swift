@@ -91,8 +91,13 @@ struct PendingIdentity {
 
     /// The identity once `parts` arrived.
     func identity(with parts: IdentityLookups.Parts) -> ClientIdentity {
-        guard let unit = unit ?? parts.unit else { return unknownUnit(user: user ?? parts.user) }
-        return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe))
+        if let unit { return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe)) }
+        switch parts.unit {
+        case .unit(let unit): return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, unit: unit, exe: parts.exe))
+        case .noUnit: return .local(LocalClient(uid: owner.uid, user: user ?? parts.user, exe: parts.exe))
+        case .unknown(let why): return .partlyKnown(LocalClient(uid: owner.uid, user: user ?? parts.user, exe: parts.exe), missing: "its unit cannot be told: \(why)")
+        case nil: return unknownUnit(user: user ?? parts.user)
+        }
     }
 
     /// The identity when `client_identity_timeout` passed first (or nothing is coming): a unit

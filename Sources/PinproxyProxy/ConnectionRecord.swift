@@ -103,6 +103,7 @@ struct ConnectionRecord {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]
             if let entry = subject.entry { fields.append((.entry, entry.name)) }
         }
+        if let upstream { fields.append((.upstream, upstream.description)) }
         switch event {
         case .decision(let decision):
             fields.append((.outcome, decision.outcome.rawValue))

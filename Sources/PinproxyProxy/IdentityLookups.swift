@@ -13,9 +13,8 @@ final class IdentityLookups: Sendable {
     /// What was looked up for one client.
     struct Parts: Sendable {
         var user: String?
-        /// nil when the unit was not looked up (or not found in time); `.some(nil)` for a cgroup
-        /// that is no system unit.
-        var unit: String??
+        /// nil when the unit was not looked up (or not found in time).
+        var unit: CgroupUnit?
         var exe: String?
     }
 
@@ -35,9 +34,9 @@ final class IdentityLookups: Sendable {
 
     static let cacheLimit = 4096
     static let nameLifetime: TimeInterval = 300
-    /// How deep below /system.slice a unit's cgroups are looked for, and how many at most.
-    static let unitScanDepth = 6
-    static let unitScanLimit = 50_000
+    /// How many cgroups one walk for a unit reads at most (at any depth): past it, a cgroup
+    /// not met yet is unknown.
+    static let unitWalkLimit = 100_000
 
     init(concurrency: Int = 4, queueLimit: Int = 256, cgroupRoot: String? = CgroupTree.root()) {
         slots = DispatchSemaphore(value: concurrency)
@@ -96,21 +95,29 @@ final class IdentityLookups: Sendable {
         return name
     }
 
-    /// Scans /system.slice once for every unit's cgroups, caches them all, and answers for `id`.
-    private func lookUpUnit(_ id: UInt64) -> String? {
-        if let cached = cachedUnit(of: id) { return cached }
+    /// Walks /system.slice, then the rest of the hierarchy, until it meets cgroup `id`; caches
+    /// the unit of every cgroup it saw below a service, and the answer for `id` when it is
+    /// settled. An unknown answer (bound, a cgroup that vanished or could not be read, `id`
+    /// nowhere) is not cached: the next client's walk asks again.
+    private func lookUpUnit(_ id: UInt64) -> CgroupUnit {
+        if let cached = cachedUnit(of: id) { return cached.map(CgroupUnit.unit) ?? .noUnit }
+        guard let cgroupRoot else { return .unknown(why: "no cgroup v2 hierarchy is mounted") }
+        let walk = CgroupTree.walk(root: cgroupRoot, first: "/system.slice", until: id, limit: Self.unitWalkLimit)
+        let answer = CgroupUnit.of(cgroup: id, after: walk)
         var found: [UInt64: String] = [:]
-        if let cgroupRoot {
-            for cgroup in CgroupTree.cgroups(under: "/system.slice", root: cgroupRoot, depth: Self.unitScanDepth, limit: Self.unitScanLimit) {
-                if let unit = SystemUnit.name(ofCgroup: cgroup.path) { found[cgroup.id] = unit }
-            }
+        for cgroup in walk.cgroups {
+            if let unit = SystemUnit.name(ofCgroup: cgroup.path) { found[cgroup.id] = unit }
         }
-        return state.withLock { state in
+        state.withLock { state in
             if state.units.count + found.count >= Self.cacheLimit { state.units.removeAll() }
             for (cgroup, unit) in found.prefix(Self.cacheLimit) { state.units[cgroup] = unit }
-            state.units[id] = found[id]
-            return found[id]
+            switch answer {
+            case .unit(let unit): state.units[id] = unit
+            case .noUnit: state.units[id] = .some(nil)
+            case .unknown: break
+            }
         }
+        return answer
     }
 
     private func lookUpExecutable(_ owner: SocketOwner, deadline: TimeInterval) -> String? {

@@ -38,7 +38,7 @@ final class AdmissionTests: XCTestCase {
     private func decide(_ host: String, port: UInt16 = 443, route: AdmissionRequest.Route = .connect, client: ClientIdentity? = .remote,
                         held: Int = 0, limit: Int? = nil, resolution: [IPAddress]? = nil) -> Admission.Decision {
         let request = AdmissionRequest(host: TargetHost(host)!, port: port, route: route, client: client, clientKey: .unknown, clientTunnels: held)
-        return Admission.decide(request, config: Self.config, tunnelLimit: limit, resolution: resolution)
+        return Admission.decide(request, config: Self.config, tunnelLimit: limit, at: Date(), resolution: resolution)
     }
 
     private func reason(_ decision: Admission.Decision) -> RefusalReason? {

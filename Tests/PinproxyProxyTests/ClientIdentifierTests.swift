@@ -29,7 +29,7 @@ final class ClientIdentifierTests: XCTestCase {
                        .local(LocalClient(uid: 1000, user: "alice", unit: "backup.service", exe: "/usr/bin/git")))
         XCTAssertEqual(cached.identityWithoutLookups, .local(LocalClient(uid: 1000, user: "alice", unit: "backup.service")))
         let looking = PendingIdentity(owner: Self.owner, user: nil, unit: nil)
-        XCTAssertEqual(looking.identity(with: .init(user: "alice", unit: .some(nil), exe: nil)), .local(LocalClient(uid: 1000, user: "alice")))
+        XCTAssertEqual(looking.identity(with: .init(user: "alice", unit: .noUnit, exe: nil)), .local(LocalClient(uid: 1000, user: "alice")))
         // A unit that was not found (in time) makes the client partly known, which fails closed
         // (ClientPolicy.decide): a unit: section is never skipped, and its uid's sections still apply.
         guard case .partlyKnown(let known, let why) = looking.identity(with: .init(user: "alice", unit: nil, exe: nil)) else { return XCTFail() }

@@ -30,8 +30,12 @@ final class ConnectionHarness {
 
         [resolve]
         "tunnel.test" = "192.0.2.1"
+        "bound-insecure.test" = "198.51.100.7"
 
         [hosts."insecure.test"]
+        action = "allow-insecure"
+
+        [hosts."bound-insecure.test"]
         action = "allow-insecure"
 
         [hosts."api.test"]

@@ -12,7 +12,7 @@ final class ConnectionRecordTests: XCTestCase {
     typealias Harness = ConnectionHarness
     typealias Transitions = ConnectionTransitionTests
 
-    static let clients = try! Harness.config("[clients.\"uid:1000\"]\nallow = [\"insecure.test\", \"tunnel.test\"]\n")
+    static let clients = try! Harness.config("[clients.\"uid:1000\"]\nallow = [\"insecure.test\", \"bound-insecure.test\", \"tunnel.test\"]\n")
     static let alice = ClientIdentity.local(LocalClient(uid: 1000, user: "alice"))
 
     private func harness(_ listener: ListenerKind = .connect) -> Harness {
@@ -93,7 +93,7 @@ final class ConnectionRecordTests: XCTestCase {
     func testATransparentConnectionRecordsItsClient() {
         let harness = harness(.transparent)
         harness.connection.startTransparent(ConnectionAddresses(socket: -1))
-        harness.connection.identifyClient(.transparent(host: TargetHost("insecure.test")!, original: SocketAddress(address: Transitions.someAddress, port: 443),
+        harness.connection.identifyClient(.transparent(host: TargetHost("bound-insecure.test")!, original: SocketAddress(address: Transitions.someAddress, port: 443),
                                                        hello: Transitions.hello))
         harness.io.dials.last?.work.done(.success(20))
         harness.upstream?.fire(.connected)

@@ -102,9 +102,10 @@ final class ConnectionTransitionTests: XCTestCase {
             harness.upstream?.fire(.connected)
             return harness
         }),
-        ("transparent-connecting", { transparent("insecure.test") }),
+        // An allow-insecure name on the transparent listener is bound to its addresses: here [resolve]'s.
+        ("transparent-connecting", { transparent("bound-insecure.test") }),
         ("transparent-upstream-handshake", {
-            let harness = transparent("insecure.test")
+            let harness = transparent("bound-insecure.test")
             harness.io.dials.last?.work.done(.success(20))
             return harness
         }),
@@ -180,7 +181,7 @@ final class ConnectionTransitionTests: XCTestCase {
         }),
         ("identity", { harness in
             guard let done = harness.io.identifications.last else { return false }
-            done(IdentityLookups.Parts(user: "backup", unit: .some("backup.service"), exe: nil))
+            done(IdentityLookups.Parts(user: "backup", unit: .unit("backup.service"), exe: nil))
             return true
         }),
         ("dns-answer", { harness in

@@ -62,10 +62,11 @@ public enum ClientKey: Hashable, Sendable, CustomStringConvertible {
 /// The one decision on a request before any upstream work, which both listeners take from one
 /// step of the connection (`Admit.swift`): `[clients]` (client-denied, first), the host's entry
 /// or `[default]` (host-denied, port-denied), `max_tunnels_per_client` (client-limit), then,
-/// on the transparent listener, where the upstream is: a name that nothing will authenticate
-/// (`mode = "tunnel"`) is bound to its resolution (destination-mismatch), which is asked for
-/// (`resolve`) and then given back as an input, since the lookup is asynchronous. Pure: the
-/// request, the config and the resolution in, a decision out.
+/// on the transparent listener, where the upstream is: a name the entry's admission does not
+/// authenticate (`NameAuthentication`: `mode = "tunnel"`, `allow-insecure`, …) is bound to its
+/// resolution (destination-mismatch), which is asked for (`resolve`) and then given back as an
+/// input, since the lookup is asynchronous. Pure: the request, the config, the time and the
+/// resolution in, a decision out.
 public enum Admission {
     /// What the admission decided.
     public enum Decision: Sendable {
@@ -88,9 +89,10 @@ public enum Admission {
         public let verdict: Verdict?
     }
 
-    /// The decision on `request` under `config`; `resolution` is the host's addresses once
-    /// `resolve` asked for them. `tunnelLimit` is `max_tunnels_per_client` (nil: unlimited).
-    public static func decide(_ request: AdmissionRequest, config: Config, tunnelLimit: Int?, resolution: [IPAddress]? = nil) -> Decision {
+    /// The decision on `request` under `config` at `time`; `resolution` is the host's addresses
+    /// once `resolve` asked for them. `tunnelLimit` is `max_tunnels_per_client` (nil: unlimited).
+    public static func decide(_ request: AdmissionRequest, config: Config, tunnelLimit: Int?, at time: Date,
+                              resolution: [IPAddress]? = nil) -> Decision {
         let entry = config.policies.lookup(request.host)
         let client = request.client.map { ClientPolicy.decide(host: request.host, identity: $0, rules: config.clients) } ?? .notApplied
         func refuse(_ reason: RefusalReason, _ detail: String, verdict: Verdict? = nil) -> Decision {
@@ -109,11 +111,13 @@ public enum Admission {
             return .admit(entry: entry, client: client, addresses: nil)
         }
         let configured = request.host.serverName.flatMap { config.resolve[$0] }
-        guard entry.policy.mode == .tunnel else {
+        // The client chose the address as well as the name: unless the admission proves the
+        // name, the address must be one the name resolves to.
+        let authentication = NameAuthentication.of(entry.policy.settings, at: time)
+        guard !authentication.isProven else {
             return .admit(entry: entry, client: client, addresses: configured ?? [original])
         }
-        // Nothing will verify this upstream: its address is bound to the name.
-        if hidesName { return refuse(.destinationMismatch, echRefusal(host: request.host, entry: entry)) }
+        if hidesName, entry.policy.mode == .tunnel { return refuse(.destinationMismatch, echRefusal(host: request.host, entry: entry)) }
         let resolved: [IPAddress]
         switch request.host {
         case .ip(let address): resolved = [address]
@@ -123,7 +127,7 @@ public enum Admission {
         }
         guard resolved.contains(original) else {
             let listed = resolved.map(\.description).joined(separator: ", ")
-            return refuse(.destinationMismatch, "the client went to \(original), which is not among the addresses \(request.host) resolves to for pinproxy (\(listed)): \(entry.name) has mode = \"tunnel\", and nothing verifies a tunnel's peer; nothing was relayed")
+            return refuse(.destinationMismatch, "the client went to \(original), which is not among the addresses \(request.host) resolves to for pinproxy (\(listed)): \(entry.name) \(authentication.why); nothing was relayed")
         }
         return .admit(entry: entry, client: client, addresses: [original])
     }

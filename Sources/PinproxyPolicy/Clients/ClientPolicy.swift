@@ -43,9 +43,10 @@ public enum ClientPolicy {
     ///   (a section without `allow` restricts nothing) and in the `deny` of none (`deny` wins).
     /// - An `unknown` client matches only `[clients."unknown"]`; without one it is refused as
     ///   soon as any section exists.
-    /// - A partly known client (a local one whose unit could not be looked up) fails closed: it
-    ///   answers to the sections its known parts match *and* to `[clients."unknown"]`, which
-    ///   stands for the part not known; without one it is refused. A `remote` client matches only `[clients."remote"]`;
+    /// - A partly known client (a local one whose unit could not be told) fails closed: it
+    ///   answers to `[clients."unknown"]`, which stands for the part not known (without one it is
+    ///   refused), and to every section it may belong to: those its known parts match (`uid:`,
+    ///   `user:`, `exe:`) and every `unit:` section, since it may be in any unit. A `remote` client matches only `[clients."remote"]`;
     ///   without one it gets the host table.
     /// - A refusal by sections that all say `enforce = false` is report-only; one enforcing
     ///   section that refuses makes it a refusal.
@@ -59,7 +60,7 @@ public enum ClientPolicy {
         }
         if case .partlyKnown = identity, !matching.contains(where: { $0.selector == .unknown }) {
             return ClientDecision(identity: identity, sections: keys, outcome: .refuse,
-                                  detail: "client \(identity): part of who it is is not known, so it answers to a [clients.\"unknown\"] section besides its own, and there is none")
+                                  detail: "client \(identity): part of who it is is not known, and an unknown client is refused unless a [clients.\"unknown\"] section admits it")
         }
         var refusing: [(section: ClientSection, why: String)] = []
         for section in matching {

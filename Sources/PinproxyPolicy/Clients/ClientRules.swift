@@ -14,7 +14,9 @@ public enum ClientSelector: Hashable, Sendable {
         case (.uid(let uid), .local(let client)), (.user(_, let uid), .local(let client)),
              (.uid(let uid), .partlyKnown(let client, _)), (.user(_, let uid), .partlyKnown(let client, _)): return client.uid == uid
         case (.exe(let path), .local(let client)), (.exe(let path), .partlyKnown(let client, _)): return client.exe == path
-        case (.unit(let unit), .local(let client)), (.unit(let unit), .partlyKnown(let client, _)): return client.unit == unit
+        case (.unit(let unit), .local(let client)): return client.unit == unit
+        // A partly known client may be in any unit: every unit: section applies (fail closed).
+        case (.unit(let unit), .partlyKnown(let client, _)): return client.unit.map { $0 == unit } ?? true
         // What is not known of a partly known client answers to the unknown clients' section.
         case (.unknown, .unknown), (.unknown, .partlyKnown), (.remote, .remote): return true
         case (.uid, _), (.user, _), (.exe, _), (.unit, _), (.unknown, _), (.remote, _): return false
