@@ -32,6 +32,7 @@ prefix=${PREFIX:-/usr/local}
 unitdir=/etc/systemd/system
 confdir=/etc/pinproxy
 mandir=$prefix/share/man/man1
+man5dir=$prefix/share/man/man5
 bashdir=$prefix/share/bash-completion/completions
 zshdir=$prefix/share/zsh/site-functions
 fishdir=$prefix/share/fish/vendor_completions.d
@@ -69,7 +70,7 @@ if $uninstall; then
     for file in "$destdir$prefix/bin/pinproxy" "$destdir$unitdir/pinproxy.service" "$destdir$unitdir/pinproxy.socket" \
         "$destdir$unitdir/pinproxy-egress.service" \
         "$destdir$bashdir/pinproxy" "$destdir$zshdir/_pinproxy" "$destdir$fishdir/pinproxy.fish" \
-        "$destdir$mandir"/pinproxy.1 "$destdir$mandir"/pinproxy-*.1; do
+        "$destdir$mandir"/pinproxy.1 "$destdir$mandir"/pinproxy-*.1 "$destdir$man5dir"/pinproxy.toml.5; do
         if [ -e "$file" ]; then
             echo "==> removing $file"
             rm -f "$file"
@@ -137,12 +138,14 @@ else
 fi
 
 # 4. Man pages, from the binary's own help.
-echo "==> $destdir$mandir/pinproxy.1, pinproxy-COMMAND.1"
+echo "==> $destdir$mandir/pinproxy.1, pinproxy-COMMAND.1, $destdir$man5dir/pinproxy.toml.5"
 pages=$(mktemp -d)
 trap 'rm -rf "$pages"' EXIT
 "$repo/scripts/manpages" "$binary" "$pages"
 install -d -m 0755 "$destdir$mandir"
 install -m 0644 "$pages"/*.1 "$destdir$mandir/"
+install -d -m 0755 "$destdir$man5dir"
+install -m 0644 "$pages"/pinproxy.toml.5 "$destdir$man5dir/"
 
 # 5. Shell completions.
 echo "==> completions for bash, zsh and fish under $destdir$prefix/share"

@@ -29,7 +29,10 @@ public struct AccessLog: Sendable {
             switch self {
             case .port, .status, .bytesUp, .bytesDown, .entries, .clientUID: return .integer
             case .duration: return .number
-            default: return .string
+            case .time, .level, .event, .client, .clientUser, .clientUnit, .clientExe, .host, .upstream, .entry, .outcome, .reason, .reopenOutcome,
+                 .reopenReason, .alpn, .detail, .chain, .presentedChain, .verifiedChain, .verifiedPins, .listener, .address, .config, .error,
+                 .warning:
+                return .string
             }
         }
     }

@@ -151,9 +151,6 @@ struct VerdictReport {
     let port: UInt16
     let time: Date
 
-    /// Reasons that mean OpenSSL did not verify the chain it built.
-    static let chainReasons: Set<RefusalReason> = [.untrustedChain, .certificateExpired, .certificateNotYetValid, .revoked]
-
     var text: String {
         var lines: [String] = []
         let entry = verdict.entry
@@ -170,7 +167,10 @@ struct VerdictReport {
             lines.append("      public-key: \(Pin(digest: certificate.publicKeySHA256))")
             lines.append("      certificate: \(Pin(digest: certificate.certificateSHA256))")
         }
-        let chainFailure = verdict.failures.first { Self.chainReasons.contains($0.reason) }
+        // What kept the chain from verifying: the verdict's chain and revocation checks' failures
+        // that no `enforce = false` softens (untrusted, expired, not yet valid, revoked).
+        let chainFailure = verdict.checks.filter { $0.check == .chain || $0.check == .revocation }.flatMap(\.failures)
+            .sorted { $0.reason < $1.reason }.first { !$0.reason.traits.mayBeReportOnly }
         if !verdict.verified.isEmpty {
             let label = chainFailure.map { "chain built, not verified (\($0.reason.rawValue))" } ?? "verified chain"
             lines.append("\(label): " + verdict.verified.enumerated().map { "[\($0.offset)] \($0.element.subject)" }.joined(separator: " <- "))

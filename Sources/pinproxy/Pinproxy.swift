@@ -10,7 +10,8 @@ struct Pinproxy: ParsableCommand {
         abstract: "A local proxy that enforces TLS certificate and public-key pinning for any HTTP client.",
         version: BuildInfo.versionLine,
         subcommands: [RunCommand.self, CheckCommand.self, PinCommand.self, KeygenCommand.self, EvaluateCommand.self, CACommand.self,
-                      ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self, WaitCommand.self, EgressCommand.self]
+                      ReloadCommand.self, DiagnoseCommand.self, SuggestCommand.self, WaitCommand.self, EgressCommand.self, ReasonsCommand.self,
+                      GenerateDocsCommand.self]
     )
 
     /// Runs the command; usage errors exit 2, as every pinproxy command documents.

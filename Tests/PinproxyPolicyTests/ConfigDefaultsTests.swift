@@ -3,134 +3,72 @@ import PinproxyInterop
 @testable import PinproxyPolicy
 import XCTest
 
-/// Today's default of every config key, frozen: an empty config and the embedded default
-/// (config/pinproxy.toml) must give exactly these `[proxy]`, `[capture]` and `[default]`
-/// values. A change of a default is a change of behaviour: it changes this table on purpose.
-/// (`mode` has one accepted value, "intercept", and is not kept in the settings.)
+/// An empty config equals the declared defaults (`ConfigSchema`): every key of `[proxy]`,
+/// `[capture]` and `[clients]` holds its declaration's default, and `[default]` (and a host
+/// entry that sets nothing) is the policy a table writing every declared default gives. The
+/// defaults themselves live in the declarations only.
 final class ConfigDefaultsTests: XCTestCase {
-    /// `[proxy]`, key → value as `proxyValues` writes it.
-    static let proxyDefaults: [String: String] = [
-        "listen": "127.0.0.1:3128",
-        "transparent_listen": "",
-        "ca_dir": "nil",
-        "allow_ports": "443",
-        "block_private_destinations": "true",
-        "metrics_listen": "nil",
-        "log_format": "logfmt",
-        "refusal": "connect",
-        "pid_file": "nil",
-        "report_to": "",
-        "report_rate_limit": "600",
-        "report_file_max_bytes": "67108864",
-        "verify_command_timeout": "5.0",
-        "verify_command_cache": "300.0",
-        "verify_command_concurrency": "4",
-        "workers": "nil",
-        "request_timeout": "10.0",
-        "dns_timeout": "10.0",
-        "connect_timeout": "10.0",
-        "handshake_timeout": "10.0",
-        "idle_timeout": "300.0",
-        "drain_timeout": "30.0",
-        "admin_timeout": "10.0",
-        "max_connections": "nil",
-        "relay_buffer_bytes": "262144",
-    ]
-
-    /// `[capture]`, key → value as `captureValues` writes it.
-    static let captureDefaults: [String: String] = [
-        "ports": "443",
-        "local": "false",
-        "block_quic": "true",
-        "exempt_users": "pinproxy",
-    ]
-
-    /// `[default]`, key → value as `policyValues` writes it.
-    static let entryDefaults: [String: String] = [
-        "action": "verify",
-        "trust": "system",
-        "validate_host": "true",
-        "pin": "none",
-        "pins": "",
-        "certificates": "",
-        "enforce": "true",
-        "expires": "nil",
-        "include_subdomains": "false",
-        "ports": "443",
-        "min_tls": "1.2",
-        "revocation": "off",
-        "crls": "",
-        "require_web_pki_profile": "true",
-        "verify_command": "nil",
-    ]
-
-    func testAnEmptyConfigHasTodaysDefaults() throws {
+    func testAnEmptyConfigEqualsTheDeclaredDefaults() throws {
         let config = try ConfigLoader.load(text: "", path: "empty.toml", directory: "/", now: evaluationTime)
-        XCTAssertEqual(Self.proxyValues(config.proxy), Self.proxyDefaults)
-        XCTAssertEqual(Self.captureValues(config.capture), Self.captureDefaults)
+        XCTAssertEqual(Self.fields(config.proxy, ConfigSchema.proxy), Self.declaredDefaults(ConfigSchema.proxy))
+        XCTAssertEqual(Self.fields(config.capture, ConfigSchema.capture), Self.declaredDefaults(ConfigSchema.capture))
         XCTAssertFalse(config.capture.isWritten)
-        XCTAssertEqual(Self.policyValues(config.policies.defaultEntry.policy.settings), Self.entryDefaults)
+        XCTAssertEqual(Self.policyValues(config.policies.defaultEntry.policy.settings), try Self.everyDefaultWritten())
         XCTAssertEqual(config.policies.entries.count, 0)
         XCTAssertTrue(config.resolve.isEmpty)
+        XCTAssertTrue(config.clients.sections.isEmpty)
         XCTAssertTrue(config.warnings.isEmpty, "\(config.warnings)")
+        let section = RawClientSection(key: "uid:1", line: 1, selector: .uid(1))
+        XCTAssertEqual(Self.fields(section, ConfigSchema.clients), Self.declaredDefaults(ConfigSchema.clients))
     }
 
-    func testTheEmbeddedDefaultHasTodaysDefaults() throws {
-        let config = try ConfigLoader.loadEmbedded(now: evaluationTime)
-        XCTAssertEqual(Self.proxyValues(config.proxy), Self.proxyDefaults)
-        XCTAssertEqual(Self.captureValues(config.capture), Self.captureDefaults)
-        XCTAssertFalse(config.capture.isWritten)
-        XCTAssertEqual(Self.policyValues(config.policies.defaultEntry.policy.settings), Self.entryDefaults)
-        XCTAssertEqual(config.policies.entries.count, 0)
-        XCTAssertTrue(config.resolve.isEmpty)
+    /// The built-in config is the empty one.
+    func testTheEmbeddedDefaultIsTheEmptyConfig() throws {
+        let embedded = try ConfigLoader.loadEmbedded(now: evaluationTime)
+        let empty = try ConfigLoader.load(text: "", path: "empty.toml", directory: "/", now: evaluationTime)
+        XCTAssertEqual(Self.fields(embedded.proxy, ConfigSchema.proxy), Self.fields(empty.proxy, ConfigSchema.proxy))
+        XCTAssertEqual(embedded.capture, empty.capture)
+        XCTAssertEqual(Self.policyValues(embedded.policies.defaultEntry.policy.settings), Self.policyValues(empty.policies.defaultEntry.policy.settings))
+        XCTAssertEqual(embedded.policies.entries.count, 0)
+        XCTAssertEqual(embedded.policies.defaultEntry.line, 0)
     }
 
-    /// A host entry that sets nothing inherits `[default]`'s values.
+    /// A host entry that sets nothing has the declared defaults too.
     func testAHostEntryThatSetsNothingHasTheDefaults() throws {
         let config = try ConfigLoader.load(text: "[hosts.\"api.test\"]\n", path: "host.toml", directory: "/", now: evaluationTime)
         let entry = config.policies.lookup(.name("api.test"))
         XCTAssertEqual(entry.name, "hosts.\"api.test\"")
-        XCTAssertEqual(Self.policyValues(entry.policy.settings), Self.entryDefaults)
+        XCTAssertEqual(Self.policyValues(entry.policy.settings), try Self.everyDefaultWritten())
     }
 
-    static func proxyValues(_ proxy: ProxySettings) -> [String: String] {
-        func text<T>(_ value: T?) -> String { value.map { "\($0)" } ?? "nil" }
-        return [
-            "listen": proxy.listen.map(\.description).joined(separator: ","),
-            "transparent_listen": proxy.transparentListen.map(\.description).joined(separator: ","),
-            "ca_dir": text(proxy.caDirectory),
-            "allow_ports": proxy.allowPorts.sorted().map(String.init).joined(separator: ","),
-            "block_private_destinations": "\(proxy.blockPrivateDestinations)",
-            "metrics_listen": text(proxy.metricsListen),
-            "log_format": proxy.logFormat.rawValue,
-            "refusal": proxy.refusal.rawValue,
-            "pid_file": text(proxy.pidFile),
-            "report_to": proxy.reportTo.map { "\($0)" }.joined(separator: ","),
-            "report_rate_limit": "\(proxy.reportRateLimit)",
-            "report_file_max_bytes": "\(proxy.reportFileMaxBytes)",
-            "verify_command_timeout": "\(proxy.verifyCommandTimeout)",
-            "verify_command_cache": "\(proxy.verifyCommandCache)",
-            "verify_command_concurrency": "\(proxy.verifyCommandConcurrency)",
-            "workers": text(proxy.workers),
-            "request_timeout": "\(proxy.requestTimeout)",
-            "dns_timeout": "\(proxy.dnsTimeout)",
-            "connect_timeout": "\(proxy.connectTimeout)",
-            "handshake_timeout": "\(proxy.handshakeTimeout)",
-            "idle_timeout": "\(proxy.idleTimeout)",
-            "drain_timeout": "\(proxy.drainTimeout)",
-            "admin_timeout": "\(proxy.adminTimeout)",
-            "max_connections": text(proxy.maxConnections),
-            "relay_buffer_bytes": "\(proxy.relayBufferBytes)",
-        ]
+    /// A value other than the default is seen: the comparisons above can fail.
+    func testAChangedValueIsADifference() throws {
+        let config = try ConfigLoader.load(text: "[proxy]\nidle_timeout = 30\n[capture]\nlocal = true\n[default]\nmin_tls = \"1.3\"\n",
+                                           path: "c.toml", directory: "/", now: evaluationTime)
+        XCTAssertNotEqual(Self.fields(config.proxy, ConfigSchema.proxy), Self.declaredDefaults(ConfigSchema.proxy))
+        XCTAssertNotEqual(Self.fields(config.capture, ConfigSchema.capture), Self.declaredDefaults(ConfigSchema.capture))
+        XCTAssertNotEqual(Self.policyValues(config.policies.defaultEntry.policy.settings), try Self.everyDefaultWritten())
     }
 
-    static func captureValues(_ capture: CaptureSettings) -> [String: String] {
-        [
-            "ports": capture.ports.map(String.init).joined(separator: ","),
-            "local": "\(capture.local)",
-            "block_quic": "\(capture.blockQUIC)",
-            "exempt_users": capture.exemptUsers.joined(separator: ","),
-        ]
+    /// Key → its field's value in `settings`, as TOML writes it.
+    static func fields<Settings>(_ settings: Settings, _ keys: ConfigKeys<Settings>) -> [String: String] {
+        Dictionary(uniqueKeysWithValues: keys.keys.map { ($0.name, $0.fieldText(settings)) })
+    }
+
+    /// Key → its declared default, as TOML writes it ("nil" for a key unset by default).
+    static func declaredDefaults<Settings>(_ keys: ConfigKeys<Settings>) -> [String: String] {
+        Dictionary(uniqueKeysWithValues: keys.keys.map { ($0.name, tomlText($0.typedDefault) ?? "nil") })
+    }
+
+    /// The `[default]` policy of a config whose `[default]` writes every policy key that has a
+    /// writable default, with that default.
+    static func everyDefaultWritten() throws -> [String: String] {
+        var text = "[default]\n"
+        for key in ConfigSchema.policy.declarations {
+            if case .value(let value) = key.defaultValue { text += "\(key.name) = \(value)\n" }
+        }
+        let config = try ConfigLoader.load(text: text, path: "defaults.toml", directory: "/", now: evaluationTime)
+        return policyValues(config.policies.defaultEntry.policy.settings)
     }
 
     static func policyValues(_ settings: HostPolicy.Settings) -> [String: String] {
@@ -150,6 +88,8 @@ final class ConfigDefaultsTests: XCTestCase {
             "crls": { if case .crl(let lists) = settings.revocation { "\(lists.count) list(s)" } else { "" } }(),
             "require_web_pki_profile": "\(settings.requireWebPKIProfile)",
             "verify_command": settings.verifyCommand.map { $0.joined(separator: " ") } ?? "nil",
+            "mode": settings.mode.rawValue,
+            "client_certificate": "\(settings.clientIdentity != nil)",
         ]
     }
 }

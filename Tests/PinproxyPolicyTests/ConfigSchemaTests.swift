@@ -2,196 +2,84 @@ import Foundation
 @testable import PinproxyPolicy
 import XCTest
 
-/// The key declarations (`ConfigSchema`) are the one list of config keys: the key tables of
-/// docs/configuration.md are rendered from them, config/pinproxy.toml writes every key of them
-/// with its declared default, and a declared default is what an unwritten key gets.
+/// The key declarations (`ConfigSchema`) are the one list of config keys: config/pinproxy.toml,
+/// the key tables of docs/configuration.md and pinproxy.toml(5) are generated from them, and a
+/// declared default is what an unwritten key gets.
 final class ConfigSchemaTests: XCTestCase {
-    /// Each table of docs/configuration.md: the heading it follows and its declarations.
-    static let documentedTables: [(heading: String, keys: [ConfigKeyDeclaration])] = [
-        ("## `[proxy]`", ConfigSchema.proxy.declarations),
-        ("## `[capture]`", ConfigSchema.capture.declarations),
-        ("## Policy keys", ConfigSchema.policy.declarations),
-        ("## Policy per client: `[clients]`", ConfigSchema.clients.declarations),
-    ]
-
-    /// What the meaning column adds after a key's doc for when a new value takes effect.
-    static func effectMark(_ effect: ConfigEffect) -> String {
-        switch effect {
-        case .reload: ""
-        case .restart: "; restart-only"
-        case .egressApply: "; applied by `pinproxy egress apply`"
+    /// config/pinproxy.toml, the key tables of docs/configuration.md and the reason table of
+    /// docs/trust-decisions.md are what `pinproxy generate-docs` makes of the declarations.
+    func testTheGeneratedFilesAreTheDeclarations() throws {
+        for file in GeneratedDocs.files {
+            let committed = try String(contentsOf: packageRoot.appendingPathComponent(file.path), encoding: .utf8)
+            let generated = try XCTUnwrap(file.render(committed), "\(file.path): a generated table's heading is missing")
+            XCTAssertTrue(generated == committed, "\(file.path) is not what the declarations give: run `pinproxy generate-docs` and review the diff\n"
+                          + Self.firstDifference(generated, committed))
         }
     }
 
-    /// A table of docs/configuration.md as the declarations give it.
-    static func table(_ keys: [ConfigKeyDeclaration]) -> String {
-        var lines = ["| key | values | default | meaning |", "|---|---|---|---|"]
-        for key in keys {
-            let defaultValue = switch key.defaultValue {
-            case .value(let value): "`\(value)`"
-            case .unset(let words): words
-            }
-            lines.append("| \(key.name) | \(key.values.replacingOccurrences(of: "|", with: "\\|")) | \(defaultValue) | \(key.doc)\(effectMark(key.effect)) |")
-        }
-        return lines.joined(separator: "\n")
-    }
-
-    /// The first table after `heading` in `markdown`; nil when there is none before the next
-    /// heading of its level.
-    static func table(after heading: String, in markdown: String) -> String? {
-        let lines = markdown.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        guard let start = lines.firstIndex(of: heading) else { return nil }
-        var table: [String] = []
-        for line in lines[(start + 1)...] {
-            if line.hasPrefix("## ") { break }
-            if line.hasPrefix("|") { table.append(line) } else if !table.isEmpty { break }
-        }
-        return table.isEmpty ? nil : table.joined(separator: "\n")
-    }
-
-    /// With PINPROXY_WRITE_DOCS=1 in its environment, the test rewrites the tables instead.
-    func testTheDocsKeyTablesAreTheDeclarations() throws {
-        let url = packageRoot.appendingPathComponent("docs/configuration.md")
-        var docs = try String(contentsOf: url, encoding: .utf8)
-        if ProcessInfo.processInfo.environment["PINPROXY_WRITE_DOCS"] == "1" {
-            for (heading, keys) in Self.documentedTables {
-                guard let start = docs.range(of: "\n" + heading + "\n"), let written = Self.table(after: heading, in: docs),
-                      let range = docs.range(of: written, range: start.upperBound..<docs.endIndex) else { continue }
-                docs.replaceSubrange(range, with: Self.table(keys))
-            }
-            try docs.write(to: url, atomically: true, encoding: .utf8)
-        }
-        XCTAssertNil(Self.tableDifference(docs), "docs/configuration.md")
-    }
-
-    /// A docs text with one row changed (a value, a name, a restart-only mark) fails the
-    /// comparison (the test above can fail).
+    /// A committed text with one row changed (a value, a name, a restart-only mark, a reason's
+    /// status) differs from the generated one: the test above can fail.
     func testAChangedRowIsADifference() throws {
-        let docs = try String(contentsOf: packageRoot.appendingPathComponent("docs/configuration.md"), encoding: .utf8)
-        for (old, new) in [("| idle_timeout | seconds, more than 0 and at most 86400 | `300` |", "| idle_timeout | seconds, more than 0 and at most 86400 | `30` |"),
-                           ("| block_quic |", "| block_udp |"), ("| require_web_pki_profile |", "| require_webpki_profile |"),
-                           ("| event loops; restart-only |", "| event loops |"),
-                           ("| reports a minute, all hosts together |", "| reports a minute, all hosts together; restart-only |")] {
-            XCTAssertTrue(docs.contains(old), old)
-            XCTAssertNotNil(Self.tableDifference(docs.replacingOccurrences(of: old, with: new)), new)
-        }
-    }
-
-    /// The first table of `docs` that differs from its declarations, and the table it should be.
-    static func tableDifference(_ docs: String) -> String? {
-        for (heading, keys) in documentedTables {
-            let expected = table(keys)
-            let written = table(after: heading, in: docs)
-            if written != expected {
-                return "the table under \(heading) is not the declarations' (ConfigSchema); it should be:\n\(expected)"
-            }
-        }
-        return nil
-    }
-
-    // MARK: The reference config
-
-    /// A `key = value` line of config/pinproxy.toml, commented out or not.
-    struct WrittenKey {
-        let section: String
-        let name: String
-        let value: String
-        let commented: Bool
-        let line: Int
-    }
-
-    /// Every `key = value` line of `text` with the table it is written under (commented-out
-    /// headers such as `# [capture]` count), and the policy keys its comment block describes.
-    static func reference(_ text: String) -> (keys: [WrittenKey], described: [String: String]) {
-        var section = ""
-        var keys: [WrittenKey] = []
-        var described: [String: String] = [:]
-        var describing: String?
-        let header = /^(?:# )?\[([a-z]+)(?:\.\"[^\"]*\")?\]/
-        let key = /^(# )?([a-z_]+) = (.*?)(?:\s+#.*)?$/
-        let policyEntry = /^# ([a-z_]+)(?: +(.*))?$/
-        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            if let match = line.prefixMatch(of: header) { section = String(match.1) }
-            if line.hasPrefix("# Policy keys, valid here") { describing = "" }
-            if line.hasPrefix("# Host patterns:") { describing = nil }
-            if let name = describing {
-                if let match = line.wholeMatch(of: policyEntry), line.count > 2, line.dropFirst(2).first != " " {
-                    describing = String(match.1)
-                    described[String(match.1)] = String(match.2 ?? "")
-                } else if !name.isEmpty {
-                    described[name, default: ""] += " " + line.dropFirst(1).trimmingCharacters(in: .whitespaces)
-                }
-                continue
-            }
-            if let match = line.wholeMatch(of: key) {
-                keys.append(WrittenKey(section: section, name: String(match.2), value: String(match.3), commented: match.1 != nil, line: index + 1))
-            }
-        }
-        return (keys, described)
-    }
-
-    func testTheReferenceConfigWritesEveryDeclaredKeyWithItsDefault() throws {
-        let text = try String(contentsOf: packageRoot.appendingPathComponent("config/pinproxy.toml"), encoding: .utf8)
-        XCTAssertEqual(Self.referenceDifferences(text), [])
-    }
-
-    /// A reference with a key left out, an undeclared one, or a default that is not the declared
-    /// one fails the comparison.
-    func testAChangedReferenceIsADifference() throws {
-        let text = try String(contentsOf: packageRoot.appendingPathComponent("config/pinproxy.toml"), encoding: .utf8)
-        for (old, new) in [("# idle_timeout = 300 ", "# idle_timeout = 30 "), ("# block_quic = true", "# block_udp = true"),
-                           ("allow_ports = [443]\n", "allow_ports = [443, 8443]\n"), ("# min_tls            \"1.2\" (default)", "# min_tls            \"1.3\" (default)"),
-                           ("# crls ", "# crl_files "), ("# allow = [\"git.example.com\"]", "# allowed = [\"git.example.com\"]")] {
-            XCTAssertTrue(text.contains(old), old)
-            XCTAssertNotEqual(Self.referenceDifferences(text.replacingOccurrences(of: old, with: new)), [], new)
-        }
-    }
-
-    /// How the reference config `text` differs from the declarations: a key of `[proxy]`,
-    /// `[capture]` or `[clients]` not written or not declared, a policy key not described or not
-    /// declared, and a default written (`key = value` in `[proxy]` and `[capture]`, an active
-    /// line in `[default]`, "VALUE (default" in the policy block) that is not the declared one.
-    static func referenceDifferences(_ text: String) -> [String] {
-        let (keys, described) = reference(text)
-        var differences: [String] = []
-        let sections: [(name: String, keys: [ConfigKeyDeclaration], checksDefaults: Bool)] = [
-            ("proxy", ConfigSchema.proxy.declarations, true),
-            ("capture", ConfigSchema.capture.declarations, true),
-            ("clients", ConfigSchema.clients.declarations, false),
+        let changes: [String: [(String, String)]] = [
+            "docs/configuration.md": [("| idle_timeout | seconds, more than 0 and at most 86400 | `300` |", "| idle_timeout | seconds, more than 0 and at most 86400 | `30` |"),
+                                      ("| block_quic |", "| block_udp |"), ("| require_web_pki_profile |", "| require_webpki_profile |"),
+                                      ("| event loops; restart-only |", "| event loops |")],
+            "config/pinproxy.toml": [("# idle_timeout = 300\n", "# idle_timeout = 30\n"), ("# block_quic = true", "# block_udp = true")],
+            "docs/trust-decisions.md": [("| pin-mismatch | 403 |", "| pin-mismatch | 502 |")],
         ]
-        for section in sections {
-            let written = keys.filter { $0.section == section.name }
-            let names = Set(written.map(\.name)), declared = Set(section.keys.map(\.name))
-            for name in declared.subtracting(names).sorted() { differences.append("[\(section.name)] does not write \(name)") }
-            for name in names.subtracting(declared).sorted() { differences.append("[\(section.name)] writes \(name), which is not declared") }
-            guard section.checksDefaults else { continue }
-            for key in written {
-                guard case .value(let value) = section.keys.first(where: { $0.name == key.name })?.defaultValue, key.value != value else { continue }
-                differences.append("line \(key.line): \(key.name) = \(key.value), but its declared default is \(value)")
+        for file in GeneratedDocs.files {
+            let committed = try String(contentsOf: packageRoot.appendingPathComponent(file.path), encoding: .utf8)
+            for (old, new) in changes[file.path] ?? [] {
+                XCTAssertTrue(committed.contains(old), "\(file.path): \(old)")
+                let changed = committed.replacingOccurrences(of: old, with: new)
+                XCTAssertNotEqual(file.render(changed), changed, "\(file.path): \(new)")
             }
         }
-        let policy = ConfigSchema.policy.declarations
-        for key in keys where ["default", "hosts"].contains(key.section) {
-            guard let declared = policy.first(where: { $0.name == key.name }) else {
-                differences.append("line \(key.line): \(key.name) is not a declared policy key")
-                continue
+    }
+
+    /// The reference config loads, and gives exactly the built-in config.
+    func testTheReferenceConfigIsTheBuiltInOne() throws {
+        let reference = try ConfigLoader.load(text: ConfigReference.toml, path: "pinproxy.toml", directory: "/", now: evaluationTime)
+        let empty = try ConfigLoader.load(text: "", path: "empty.toml", directory: "/", now: evaluationTime)
+        XCTAssertEqual(Self.values(reference), Self.values(empty))
+        XCTAssertTrue(reference.warnings.isEmpty, "\(reference.warnings)")
+        // Every key is written, with its default or an example.
+        for key in ConfigReference.tables.flatMap(\.keys) {
+            XCTAssertTrue(ConfigReference.toml.contains("\n# \(key.name) = "), key.name)
+            if case .unset = key.defaultValue { XCTAssertNotNil(key.example, "\(key.section).\(key.name) has no default: it needs an example") }
+        }
+    }
+
+    /// Uncommenting every key of the reference config (its examples included) gives a config
+    /// that loads: the examples are valid values.
+    func testTheReferenceExamplesAreValid() throws {
+        for table in ConfigReference.tables where !table.keys.isEmpty {
+            var text = table.header.replacingOccurrences(of: "SELECTOR", with: "uid:4242").replacingOccurrences(of: "[default]", with: "[hosts.\"api.test\"]") + "\n"
+            // Keys that need files, or other keys, to be valid are left out.
+            for key in table.keys where !["client_certificate", "client_key", "crls", "verify_command", "expires"].contains(key.name) {
+                switch key.defaultValue {
+                case .value(let value): text += "\(key.name) = \(value)\n"
+                case .unset: text += "\(key.name) = \(key.example ?? "")\n"
+                }
             }
-            if key.section == "default", !key.commented, case .value(let value) = declared.defaultValue, key.value != value {
-                differences.append("line \(key.line): [default] writes \(key.name) = \(key.value), but its declared default is \(value)")
-            }
+            if table.header == "[proxy]" { text += "[capture]\nports = [443]\n" }
+            XCTAssertNoThrow(try ConfigLoader.load(text: text, path: "c.toml", directory: "/", now: evaluationTime), text)
         }
-        let names = Set(described.keys), declared = Set(policy.map(\.name))
-        for name in declared.subtracting(names).sorted() { differences.append("the policy keys' comment block does not describe \(name)") }
-        for name in names.subtracting(declared).sorted() { differences.append("the policy keys' comment block describes \(name), which is not declared") }
-        for key in policy {
-            guard case .value(let value) = key.defaultValue, let description = described[key.name],
-                  let match = description.firstMatch(of: /(\S+) \(default\b/) else { continue }
-            if match.1 != value { differences.append("the comment block gives \(key.name) the default \(match.1), but its declared default is \(value)") }
+    }
+
+    /// The man page names every key.
+    func testTheManPageNamesEveryKey() {
+        let page = GeneratedDocs.manPage(version: "0.0.0", date: "2026-01-01")
+        XCTAssertTrue(page.hasPrefix(".TH PINPROXY.TOML 5 "))
+        for key in ConfigReference.tables.flatMap(\.keys) {
+            XCTAssertTrue(page.contains("\\fB\(ConfigReference.roff(key.name))\\fR"), key.name)
         }
-        for key in keys where !["proxy", "capture", "clients", "default", "hosts", "resolve"].contains(key.section) {
-            differences.append("line \(key.line): \(key.name) is written under [\(key.section)], which is not a table")
-        }
-        return differences
+    }
+
+    static func firstDifference(_ a: String, _ b: String) -> String {
+        let left = a.split(separator: "\n", omittingEmptySubsequences: false), right = b.split(separator: "\n", omittingEmptySubsequences: false)
+        for (index, (x, y)) in zip(left, right).enumerated() where x != y { return "line \(index + 1): generated \"\(x)\", committed \"\(y)\"" }
+        return "generated \(left.count) lines, committed \(right.count)"
     }
 
     // MARK: The defaults
@@ -220,14 +108,10 @@ final class ConfigSchemaTests: XCTestCase {
 
     /// What a loaded config holds, as text.
     static func values(_ config: Config) -> [String: String] {
-        var values = ConfigDefaultsTests.proxyValues(config.proxy).mapKeys { "proxy." + $0 }
-        values["proxy.client_identity_timeout"] = "\(config.proxy.clientIdentityTimeout)"
-        values["proxy.report_client_identity"] = "\(config.proxy.reportClientIdentity)"
-        values.merge(ConfigDefaultsTests.captureValues(config.capture).mapKeys { "capture." + $0 }) { $1 }
+        var values = ConfigDefaultsTests.fields(config.proxy, ConfigSchema.proxy).mapKeys { "proxy." + $0 }
+        values.merge(ConfigDefaultsTests.fields(config.capture, ConfigSchema.capture).mapKeys { "capture." + $0 }) { $1 }
         let settings = config.policies.defaultEntry.policy.settings
         values.merge(ConfigDefaultsTests.policyValues(settings).mapKeys { "default." + $0 }) { $1 }
-        values["default.mode"] = settings.mode.rawValue
-        values["default.client_certificate"] = "\(settings.clientIdentity != nil)"
         for section in config.clients.sections {
             values["clients.\(section.key)"] = "allow \(section.allow.map { "\($0)" } ?? "nil") deny \(section.deny) enforce \(section.enforce)"
         }

@@ -63,53 +63,42 @@ TIMEOUT = 20.0
 API = "api.test"
 ESTABLISHED = "HTTP/1.1 200 Connection established"
 
-#: Status for every refusal reason (the contract's table).
-STATUS = {
-    **{
-        r: 403
-        for r in (
-            "host-denied",
-            "port-denied",
-            "client-denied",
-            "destination-denied",
-            "destination-mismatch",
-            "cleartext-denied",
-            "untrusted-chain",
-            "certificate-expired",
-            "certificate-not-yet-valid",
-            "revoked",
-            "revocation-unknown",
-            "custom-check",
-            "hostname-mismatch",
-            "pin-mismatch",
-            "tls-version",
-            "no-sni",
-            "capture-loop",
-        )
-    },
-    "bad-request": 400,
-    "dns-failure": 502,
-    "upstream-unreachable": 502,
-    "handshake-failed": 502,
-    "upstream-timeout": 504,
-}
+class _ReasonTable(Mapping):
+    """One column of the binary's own reason table (`pinproxy reasons --json`, which prints
+    `RefusalReason.traits`), read once, when first used: reason -> value."""
 
-# The `error` of each reason's `Proxy-Status` (RFC 9209 Proxy Error Types).
-PROXY_STATUS_ERROR = {
-    **{r: "tls_certificate_error" for r in ("pin-mismatch", "untrusted-chain", "hostname-mismatch", "certificate-expired",
-                                            "certificate-not-yet-valid", "revoked", "revocation-unknown", "custom-check")},
-    **{r: "http_request_denied" for r in ("host-denied", "port-denied", "cleartext-denied", "client-denied")},
-    "handshake-failed": "tls_protocol_error",
-    "tls-version": "tls_protocol_error",
-    "dns-failure": "dns_error",
-    "upstream-unreachable": "destination_unavailable",
-    "upstream-timeout": "connection_timeout",
-    "destination-denied": "destination_ip_prohibited",
-    "destination-mismatch": "destination_ip_prohibited",
-    "bad-request": "http_request_error",
-    "no-sni": "http_request_error",
-    "capture-loop": "proxy_loop_detected",
-}
+    _rows: list[dict] | None = None
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    @classmethod
+    def rows(cls) -> list[dict]:
+        if cls._rows is None:
+            env = os.environ.get("PINPROXY_BIN")
+            binary = Path(env) if env else REPO / ".build" / "debug" / "pinproxy"
+            out = subprocess.run([str(binary), "reasons", "--json"], check=True, capture_output=True, text=True, timeout=TIMEOUT).stdout
+            cls._rows = json.loads(out)
+        return cls._rows
+
+    def __getitem__(self, reason: str):
+        for row in self.rows():
+            if row["reason"] == reason:
+                return row[self.column]
+        raise KeyError(reason)
+
+    def __iter__(self):
+        return (row["reason"] for row in self.rows())
+
+    def __len__(self) -> int:
+        return len(self.rows())
+
+
+#: Status for every refusal reason.
+STATUS = _ReasonTable("status")
+
+#: The `error` of each reason's `Proxy-Status` (RFC 9209 Proxy Error Types).
+PROXY_STATUS_ERROR = _ReasonTable("proxy_status_error")
 
 #: Two well-formed pins that match nothing in the PKI.
 PIN_X = pkilib._b64_sha256(b"pinproxy proxy-test pin x")

@@ -80,6 +80,7 @@ def test_the_contents(deb, extracted):
         "/usr/bin/pinproxy",
         "/etc/pinproxy/pinproxy.toml",
         "/usr/share/man/man1/pinproxy.1.gz",
+        "/usr/share/man/man5/pinproxy.toml.5.gz",
         "/usr/share/bash-completion/completions/pinproxy",
         "/usr/share/zsh/vendor-completions/_pinproxy",
         "/usr/share/fish/vendor_completions.d/pinproxy.fish",

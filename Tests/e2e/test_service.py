@@ -866,7 +866,8 @@ def test_install_sh_installs_man_pages_and_completions_and_uninstalls(pinproxy, 
     pages = sorted(p.name for p in (share / "man/man1").iterdir())
     helped = json.loads(subprocess.run([str(pinproxy), "--experimental-dump-help"], capture_output=True, text=True,
                                        timeout=TIMEOUT).stdout)
-    commands = [c["commandName"] for c in helped["command"]["subcommands"] if c["commandName"] != "help"]
+    commands = [c["commandName"] for c in helped["command"]["subcommands"]
+                if c["commandName"] != "help" and c.get("shouldDisplay", True)]
     assert {"run", "check", "diagnose", "wait"} <= set(commands), commands
     assert pages == sorted(["pinproxy.1"] + [f"pinproxy-{c}.1" for c in commands]), pages
     for page in pages:
@@ -875,6 +876,11 @@ def test_install_sh_installs_man_pages_and_completions_and_uninstalls(pinproxy, 
         shown = subprocess.run(["man", "--warnings", "-l", "-Tutf8", str(share / "man/man1" / page)],
                                capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(MANWIDTH="100"))
         assert shown.returncode == 0 and shown.stderr == "", (page, shown.stderr)
+    config_page = share / "man/man5/pinproxy.toml.5"
+    assert config_page.read_text().startswith(".TH PINPROXY.TOML 5 ") and "idle_timeout" in config_page.read_text()
+    shown = subprocess.run(["man", "--warnings", "-l", "-Tutf8", str(config_page)],
+                           capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(MANWIDTH="100"))
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
     run_page = (share / "man/man1/pinproxy-run.1").read_text()
     assert "\\-\\-config" in run_page and "/etc/pinproxy/pinproxy.toml" in run_page, run_page
     completions = {"bash-completion/completions/pinproxy": "bash", "zsh/site-functions/_pinproxy": "zsh",

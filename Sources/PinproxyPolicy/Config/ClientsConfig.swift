@@ -61,9 +61,14 @@ struct RawClientSection: Sendable {
     let key: String
     let line: Int
     let selector: ClientSelectorText
-    var allow: [HostPattern]?
-    var deny: [HostPattern] = []
-    var enforce = true
+    @Declared(.clients, "allow") var allow: [HostPattern]?
+    @Declared(.clients, "deny") var deny: [HostPattern]
+    @Declared(.clients, "enforce") var enforce: Bool
+
+    /// A section that writes no key: every field is its key's declared default.
+    init(key: String, line: Int, selector: ClientSelectorText) {
+        (self.key, self.line, self.selector) = (key, line, selector)
+    }
 }
 
 extension ConfigDecoder {

@@ -56,62 +56,62 @@ public struct ProxySettings: Sendable {
         case inTLS = "in-tls"
     }
 
-    public var listen: [ListenAddress] = [ListenAddress("127.0.0.1:3128")!]  // a valid literal: never nil
+    @Declared(.proxy, "listen") public var listen: [ListenAddress]
     /// Where connections redirected by the egress lock arrive (no CONNECT: the host comes
     /// from the ClientHello, the address and port from the original destination).
-    public var transparentListen: [ListenAddress] = []
+    @Declared(.proxy, "transparent_listen") public var transparentListen: [ListenAddress]
     /// Where the local CA lives; nil means the platform default (see `LocalCA`).
-    public var caDirectory: String?
-    public var allowPorts: Set<UInt16> = [443]
-    public var blockPrivateDestinations = true
-    public var metricsListen: ListenAddress?
-    public var logFormat: LogFormat = .logfmt
-    public var refusal: RefusalDelivery = .connect
+    @Declared(.proxy, "ca_dir") public var caDirectory: String?
+    @Declared(.proxy, "allow_ports") public var allowPorts: Set<UInt16>
+    @Declared(.proxy, "block_private_destinations") public var blockPrivateDestinations: Bool
+    @Declared(.proxy, "metrics_listen") public var metricsListen: ListenAddress?
+    @Declared(.proxy, "log_format") public var logFormat: LogFormat
+    @Declared(.proxy, "refusal") public var refusal: RefusalDelivery
     /// Where `pinproxy run` writes its process id (for `pinproxy reload`); nil: nowhere.
-    public var pidFile: String?
+    @Declared(.proxy, "pid_file") public var pidFile: String?
     /// `report_to`: where pin-failure reports go (RFC 7469 JSON).
-    public var reportTo: [ReportDestination] = []
+    @Declared(.proxy, "report_to") public var reportTo: [ReportDestination]
     /// `report_rate_limit`: reports a minute for the whole daemon, on top of 10 a minute per host.
-    public var reportRateLimit = 600
+    @Declared(.proxy, "report_rate_limit") public var reportRateLimit: Int
     /// `report_file_max_bytes`: a `file:` destination is not written past this size; reports
     /// are dropped until the file is reopened.
-    public var reportFileMaxBytes = 64 << 20
+    @Declared(.proxy, "report_file_max_bytes") public var reportFileMaxBytes: Int
     /// A `verify_command` that has not answered within this is killed, and the connection refused.
-    public var verifyCommandTimeout: TimeInterval = 5
+    @Declared(.proxy, "verify_command_timeout") public var verifyCommandTimeout: TimeInterval
     /// How long a `verify_command` answer is reused for the same chain, host, port and command.
-    public var verifyCommandCache: TimeInterval = 300
+    @Declared(.proxy, "verify_command_cache") public var verifyCommandCache: TimeInterval
     /// `verify_command`s running at once, at most.
-    public var verifyCommandConcurrency = 4
+    @Declared(.proxy, "verify_command_concurrency") public var verifyCommandConcurrency: Int
     /// Event loops (threads); nil means one per core.
-    public var workers: Int?
+    @Declared(.proxy, "workers") public var workers: Int?
     /// Whole CONNECT request, from accept to the end of its headers.
-    public var requestTimeout: TimeInterval = 10
+    @Declared(.proxy, "request_timeout") public var requestTimeout: TimeInterval
     /// DNS resolution of one destination.
-    public var dnsTimeout: TimeInterval = 10
+    @Declared(.proxy, "dns_timeout") public var dnsTimeout: TimeInterval
     /// TCP connect to one upstream address.
-    public var connectTimeout: TimeInterval = 10
+    @Declared(.proxy, "connect_timeout") public var connectTimeout: TimeInterval
     /// Each TLS handshake (upstream, then with the client).
-    public var handshakeTimeout: TimeInterval = 10
+    @Declared(.proxy, "handshake_timeout") public var handshakeTimeout: TimeInterval
     /// A tunnel with no traffic either way for this long is closed.
-    public var idleTimeout: TimeInterval = 300
+    @Declared(.proxy, "idle_timeout") public var idleTimeout: TimeInterval
     /// On SIGTERM, how long open tunnels may go on before they are cut.
-    public var drainTimeout: TimeInterval = 30
+    @Declared(.proxy, "drain_timeout") public var drainTimeout: TimeInterval
     /// Each `metrics_listen` request in total, from accept (or the previous answer on the
     /// connection) to its answer, however slowly the client sends it.
-    public var adminTimeout: TimeInterval = 10
+    @Declared(.proxy, "admin_timeout") public var adminTimeout: TimeInterval
     /// Open client connections at most; further ones are closed at accept. nil: as many as
     /// the open-file limit allows (two descriptors per tunnel).
-    public var maxConnections: Int?
+    @Declared(.proxy, "max_connections") public var maxConnections: Int?
     /// How long a connection waits for what is looked up off the loop about its client (the
     /// user's name, the cgroup's unit, the program); a unit not found by then makes it unknown.
-    public var clientIdentityTimeout: TimeInterval = 2
+    @Declared(.proxy, "client_identity_timeout") public var clientIdentityTimeout: TimeInterval
     /// Whether pin-failure reports carry the client's identity (user names and paths would
     /// go to the collector).
-    public var reportClientIdentity = false
+    @Declared(.proxy, "report_client_identity") public var reportClientIdentity: Bool
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure). The relay
     /// holds at most one TLS record's plaintext (16 KiB) per direction, or this if smaller; it
     /// also bounds what is queued for a client during its handshake or an in-TLS refusal.
-    public var relayBufferBytes = 256 * 1024
+    @Declared(.proxy, "relay_buffer_bytes") public var relayBufferBytes: Int
 
     public init() {}
 }
@@ -120,13 +120,13 @@ public struct ProxySettings: Sendable {
 /// outgoing TCP to these ports to the transparent listener.
 public struct CaptureSettings: Sendable, Equatable {
     /// Destination ports redirected (TCP) and, with `blockQUIC`, rejected (UDP).
-    public var ports: [UInt16] = [443]
+    @Declared(.capture, "ports") public var ports: [UInt16]
     /// Whether destinations that are this host's own addresses are captured too.
-    public var local = false
+    @Declared(.capture, "local") public var local: Bool
     /// Whether outgoing UDP to `ports` is rejected, so that HTTP/3 clients fall back to TCP.
-    public var blockQUIC = true
+    @Declared(.capture, "block_quic") public var blockQUIC: Bool
     /// Users whose processes go out uncaptured: pinproxy's own user, at least.
-    public var exemptUsers = ["pinproxy"]
+    @Declared(.capture, "exempt_users") public var exemptUsers: [String]
     /// Whether the config has a `[capture]` table (the defaults apply otherwise).
     public var isWritten = false
 

@@ -73,7 +73,7 @@ enum ConfigEffect: Sendable, Equatable {
     case egressApply
 }
 
-/// What applies when a key is not written.
+/// What applies when a key is not written, as the docs and the reference config show it.
 enum ConfigDefault: Sendable, Equatable {
     /// A TOML value: writing the key with it is the same as leaving the key out.
     case value(String)
@@ -81,29 +81,59 @@ enum ConfigDefault: Sendable, Equatable {
     case unset(String)
 }
 
-/// One config key, declared once: its name, table, value, default, one-line doc and when a new
-/// value takes effect, and how a value read from TOML is set on the `Settings` the table decodes
-/// into. The decoder reads a table only through its keys' declarations (`ConfigSchema`): a key
-/// not declared is unknown.
+/// One config key, declared once: its name, table, value, typed default, one-line doc and when
+/// a new value takes effect, and the field of the `Settings` the table decodes into. The field
+/// starts as the declared default (`@Declared`); the decoder reads a table only through its
+/// keys' declarations (`ConfigSchema`): a key not declared is unknown.
 struct ConfigKey<Settings>: Sendable {
     let name: String
     let section: ConfigSection
     let value: ConfigValue
+    /// The typed default: what the field holds when the key is not written (`nil` for an
+    /// optional field the key leaves unset).
+    let typedDefault: any Sendable
+    /// The default as the docs show it.
     let defaultValue: ConfigDefault
     /// The values as the docs list them, where `value.written` says too little.
     let values: String?
     let doc: String
+    /// A value the reference config shows for a key whose default cannot be written.
+    let example: String?
     /// Reads the TOML value at a key path and sets it; a problem becomes a finding.
     let decode: @Sendable (inout ConfigDecoder, TOMLValueConvertible, [String], inout Settings) -> Void
+    /// The field's value as TOML writes it ("nil" when unset), for tests and `check`'s views.
+    let fieldText: @Sendable (Settings) -> String
     /// `.reload` unless the declaration says `restartOnly` or `appliedByEgress`.
     private(set) var effect = ConfigEffect.reload
     /// For a restart-only key: whether the running and the loaded settings differ in it.
     private(set) var differs: (@Sendable (_ running: Settings, _ loaded: Settings) -> Bool)?
 
-    init(_ name: String, _ section: ConfigSection, _ value: ConfigValue, default defaultValue: ConfigDefault, values: String? = nil,
-         doc: String, decode: @escaping @Sendable (inout ConfigDecoder, TOMLValueConvertible, [String], inout Settings) -> Void) {
-        (self.name, self.section, self.value, self.defaultValue, self.values, self.doc, self.decode)
-            = (name, section, value, defaultValue, values, doc, decode)
+    /// A key of field `field`, `default` when not written; `read` reads a written value (nil:
+    /// a finding says why, and the field keeps its default).
+    init<Value: Sendable>(_ name: String, _ section: ConfigSection, _ value: ConfigValue, _ field: WritableKeyPath<Settings, Value> & Sendable,
+                          default typedDefault: Value, shown: ConfigDefault? = nil, values: String? = nil, example: String? = nil, doc: String,
+                          read: @escaping @Sendable (inout ConfigDecoder, TOMLValueConvertible, [String]) -> Value?) {
+        guard let shownDefault = shown ?? tomlText(typedDefault).map(ConfigDefault.value) else {
+            preconditionFailure("\(section).\(name): a default that TOML cannot write needs `shown:`")
+        }
+        (self.name, self.section, self.value, self.typedDefault, self.defaultValue, self.values, self.example, self.doc)
+            = (name, section, value, typedDefault, shownDefault, values, example, doc)
+        decode = { decoder, toml, keyPath, settings in
+            if let read = read(&decoder, toml, keyPath) { settings[keyPath: field] = read }
+        }
+        fieldText = { tomlText($0[keyPath: field]) ?? "nil" }
+    }
+
+    /// A key of optional field `field`, nil when not written: `unset` says what applies then.
+    init<Value: Sendable>(_ name: String, _ section: ConfigSection, _ value: ConfigValue, _ field: WritableKeyPath<Settings, Value?> & Sendable,
+                          unset: String, values: String? = nil, example: String? = nil, doc: String,
+                          read: @escaping @Sendable (inout ConfigDecoder, TOMLValueConvertible, [String]) -> Value?) {
+        (self.name, self.section, self.value, self.typedDefault, self.defaultValue, self.values, self.example, self.doc)
+            = (name, section, value, Value?.none, .unset(unset), values, example, doc)
+        decode = { decoder, toml, keyPath, settings in
+            if let read = read(&decoder, toml, keyPath) { settings[keyPath: field] = read }
+        }
+        fieldText = { tomlText($0[keyPath: field]) ?? "nil" }
     }
 
     /// The key read at the start only, into `setting`: a reload that changes it cannot apply it.
@@ -124,7 +154,7 @@ struct ConfigKey<Settings>: Sendable {
     /// The key's declaration without its decoder, for `check`'s hints and the docs.
     var declaration: ConfigKeyDeclaration {
         ConfigKeyDeclaration(name: name, section: section, value: value, defaultValue: defaultValue, values: values ?? value.written, doc: doc,
-                             effect: effect)
+                             example: example, effect: effect)
     }
 }
 
@@ -136,7 +166,53 @@ struct ConfigKeyDeclaration: Sendable {
     let defaultValue: ConfigDefault
     let values: String
     let doc: String
+    let example: String?
     let effect: ConfigEffect
+}
+
+/// A field that starts as its key's declared default: `@Declared(.proxy, "idle_timeout") var
+/// idleTimeout: TimeInterval` holds `ConfigSchema.proxy`'s default for `idle_timeout` until the
+/// config sets it. The key and the field have the same type (a test builds every table's
+/// defaults, so a mismatch cannot pass it).
+@propertyWrapper
+public struct Declared<Value: Sendable>: Sendable {
+    public var wrappedValue: Value
+
+    init(_ section: ConfigSection, _ name: String) {
+        wrappedValue = ConfigSchema.typedDefault(section, name) as! Value  // swiftlint:disable:this force_cast
+    }
+}
+
+extension Declared: Equatable where Value: Equatable {}
+
+/// A value as TOML writes it (`10`, `"logfmt"`, `[443]`, `["127.0.0.1:3128"]`); nil for a value
+/// TOML cannot write (nil, or a type with no text of its own).
+func tomlText(_ value: Any) -> String? {
+    let mirror = Mirror(reflecting: value)
+    if mirror.displayStyle == .optional { return mirror.children.first.flatMap { tomlText($0.value) } }
+    switch value {
+    case let written as TOMLWritable: return written.tomlText
+    case let flag as Bool: return flag ? "true" : "false"
+    case let number as Int: return String(number)
+    case let number as UInt16: return String(number)
+    case let seconds as Double:
+        return seconds == seconds.rounded() && abs(seconds) < 1e15 ? String(Int(seconds)) : String(seconds)
+    case let text as String:
+        return "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    case let ports as Set<UInt16>: return tomlText(ports.sorted())
+    case let word as any RawRepresentable: return tomlText(word.rawValue)
+    case let array as [Any]:
+        let elements = array.map { tomlText($0) ?? (($0 as? CustomStringConvertible).flatMap { tomlText($0.description) }) }
+        guard elements.allSatisfy({ $0 != nil }) else { return nil }
+        return "[" + elements.map { $0! }.joined(separator: ", ") + "]"
+    case let described as CustomStringConvertible: return tomlText(described.description)
+    default: return nil
+    }
+}
+
+/// A value with a TOML text of its own (`trust`'s words or list).
+protocol TOMLWritable {
+    var tomlText: String { get }
 }
 
 // MARK: Typed declarations
@@ -144,55 +220,55 @@ struct ConfigKeyDeclaration: Sendable {
 // and the messages come from the declaration.
 
 extension ConfigKey {
-    static func bool(_ name: String, _ section: ConfigSection, default defaultValue: ConfigDefault, doc: String,
-                     _ set: @escaping @Sendable (inout Settings, Bool) -> Void) -> Self {
-        Self(name, section, .bool, default: defaultValue, doc: doc) { decoder, value, keyPath, settings in
-            if let flag = decoder.bool(value, keyPath) { set(&settings, flag) }
-        }
+    static func bool(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, Bool> & Sendable, default value: Bool,
+                     doc: String) -> Self {
+        Self(name, section, .bool, field, default: value, doc: doc) { $0.bool($1, $2) }
     }
 
-    static func integer(_ name: String, _ section: ConfigSection, in range: ClosedRange<Int>, default defaultValue: ConfigDefault, doc: String,
-                        _ set: @escaping @Sendable (inout Settings, Int) -> Void) -> Self {
-        Self(name, section, .integer(range), default: defaultValue, doc: doc) { decoder, value, keyPath, settings in
-            if let count = decoder.integer(value, keyPath, in: range) { set(&settings, count) }
-        }
+    static func integer(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, Int> & Sendable, in range: ClosedRange<Int>,
+                        default value: Int, doc: String) -> Self {
+        Self(name, section, .integer(range), field, default: value, doc: doc) { $0.integer($1, $2, in: range) }
     }
 
-    static func seconds(_ name: String, _ section: ConfigSection, default defaultValue: ConfigDefault, doc: String,
-                        _ set: @escaping @Sendable (inout Settings, Double) -> Void) -> Self {
-        Self(name, section, .seconds, default: defaultValue, doc: doc) { decoder, value, keyPath, settings in
-            if let seconds = decoder.seconds(value, keyPath) { set(&settings, seconds) }
-        }
+    static func integer(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, Int?> & Sendable, in range: ClosedRange<Int>,
+                        unset: String, example: String? = nil, doc: String) -> Self {
+        Self(name, section, .integer(range), field, unset: unset, example: example, doc: doc) { $0.integer($1, $2, in: range) }
     }
 
-    static func choice<Word: RawRepresentable & CaseIterable & Sendable>(_ name: String, _ section: ConfigSection, _ type: Word.Type,
-                                                              default defaultValue: ConfigDefault, doc: String,
-                                                              _ set: @escaping @Sendable (inout Settings, Word) -> Void) -> Self
-        where Word.RawValue == String {
-        Self(name, section, .choice(Word.allCases.map(\.rawValue)), default: defaultValue, doc: doc) { decoder, value, keyPath, settings in
-            if let word = decoder.choice(value, keyPath, Word.self) { set(&settings, word) }
-        }
+    static func seconds(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, Double> & Sendable, default value: Double,
+                        doc: String) -> Self {
+        Self(name, section, .seconds, field, default: value, doc: doc) { $0.seconds($1, $2) }
     }
 
-    static func strings(_ name: String, _ section: ConfigSection, default defaultValue: ConfigDefault, values: String? = nil, doc: String,
-                        _ set: @escaping @Sendable (inout Settings, [String]) -> Void) -> Self {
-        Self(name, section, .strings, default: defaultValue, values: values, doc: doc) { decoder, value, keyPath, settings in
-            if let texts = decoder.strings(value, keyPath) { set(&settings, texts) }
-        }
+    static func choice<Word: RawRepresentable & CaseIterable & Sendable>(_ name: String, _ section: ConfigSection,
+                                                                        _ field: WritableKeyPath<Settings, Word> & Sendable, default value: Word,
+                                                                        doc: String) -> Self where Word.RawValue == String {
+        Self(name, section, .choice(Word.allCases.map(\.rawValue)), field, default: value, doc: doc) { $0.choice($1, $2, Word.self) }
     }
 
-    static func ports(_ name: String, _ section: ConfigSection, default defaultValue: ConfigDefault, doc: String,
-                      _ set: @escaping @Sendable (inout Settings, Set<UInt16>) -> Void) -> Self {
-        Self(name, section, .ports, default: defaultValue, doc: doc) { decoder, value, keyPath, settings in
-            if let ports = decoder.ports(value, keyPath) { set(&settings, ports) }
-        }
+    static func strings(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, [String]> & Sendable, default value: [String],
+                        values: String? = nil, doc: String) -> Self {
+        Self(name, section, .strings, field, default: value, values: values, doc: doc) { $0.strings($1, $2) }
     }
 
-    static func nonEmptyString(_ name: String, _ section: ConfigSection, default defaultValue: ConfigDefault, values: String? = nil, doc: String,
-                               _ set: @escaping @Sendable (inout Settings, String) -> Void) -> Self {
-        Self(name, section, .nonEmptyString, default: defaultValue, values: values, doc: doc) { decoder, value, keyPath, settings in
-            if let text = decoder.nonEmptyString(value, keyPath) { set(&settings, text) }
-        }
+    static func strings(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, [String]?> & Sendable, unset: String,
+                        values: String? = nil, example: String? = nil, doc: String) -> Self {
+        Self(name, section, .strings, field, unset: unset, values: values, example: example, doc: doc) { $0.strings($1, $2) }
+    }
+
+    static func ports(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, Set<UInt16>> & Sendable, default value: Set<UInt16>,
+                      doc: String) -> Self {
+        Self(name, section, .ports, field, default: value, doc: doc) { $0.ports($1, $2) }
+    }
+
+    static func ports(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, Set<UInt16>?> & Sendable, unset: String,
+                      example: String? = nil, doc: String) -> Self {
+        Self(name, section, .ports, field, unset: unset, example: example, doc: doc) { $0.ports($1, $2) }
+    }
+
+    static func nonEmptyString(_ name: String, _ section: ConfigSection, _ field: WritableKeyPath<Settings, String?> & Sendable, unset: String,
+                               values: String? = nil, example: String? = nil, doc: String) -> Self {
+        Self(name, section, .nonEmptyString, field, unset: unset, values: values, example: example, doc: doc) { $0.nonEmptyString($1, $2) }
     }
 }
 

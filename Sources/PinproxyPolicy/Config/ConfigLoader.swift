@@ -32,9 +32,10 @@ public enum ConfigLoader {
         return try load(bytes: bytes, path: path, directory: URL(fileURLWithPath: path).deletingLastPathComponent().path, now: now)
     }
 
-    /// The built-in default config (`config/pinproxy.toml`, compiled in).
+    /// The built-in default config: the empty text, so every key has its declared default
+    /// (`ConfigSchema`; `config/pinproxy.toml` writes them all, commented out).
     public static func loadEmbedded(now: Date = Date()) throws(ConfigError) -> Config {
-        try load(text: DefaultConfig.text, path: embeddedPath, directory: FileManager.default.currentDirectoryPath, now: now)
+        try load(text: "", path: embeddedPath, directory: FileManager.default.currentDirectoryPath, now: now)
     }
 
     /// Every problem of the config `bytes` (named `path` in diagnostics, relative paths resolved
@@ -134,17 +135,9 @@ private struct Load {
 
         var defaultEntry: PolicyEntry?
         if document["default"] == nil {
-            // No [default]: every default, which is the system store.
-            var found: [Finding] = []
-            if let store = files.system(["default"], into: &found) {
-                do {
-                    defaultEntry = PolicyEntry(pattern: nil, name: "default", line: 0,
-                                               policy: try HostPolicy(.init(trust: .system(store), ports: proxy.allowPorts)))
-                } catch {
-                    found.append(.error(["default"], "default: \(error)"))
-                }
-            }
-            findings += found
+            // No [default]: every key's declared default.
+            defaultEntry = Self.entry(RawPolicy(path: ["default"], name: "default", pattern: nil), decoded: true, line: 0, proxy: proxy,
+                                      files: &files, into: &findings)
         } else if let table = decoder.table("default", in: document) {
             let (raw, decoded) = decoder.decodePolicy(table, ["default"], name: "default", pattern: nil)
             defaultEntry = Self.entry(raw, decoded: decoded, line: source.line(ofTable: "default"), proxy: proxy, files: &files, into: &findings)

@@ -27,41 +27,48 @@ struct RawPolicy: Sendable {
     }
 
     /// `["default"]` or `["hosts", KEY]`: where the entry is written.
-    let path: [String]
+    private(set) var path: [String]
     /// `default` or `hosts."KEY"`.
-    let name: String
+    private(set) var name: String
     /// nil for `[default]`.
-    let pattern: HostPattern?
-    var action: HostPolicy.Action = .verify
-    var trust: Trust = .system
-    var validateHost = true
-    var pinKind: HostPolicy.PinKind = .none
+    private(set) var pattern: HostPattern?
+    @Declared(.policy, "action") var action: HostPolicy.Action
+    @Declared(.policy, "trust") var trust: Trust
+    @Declared(.policy, "validate_host") var validateHost: Bool
+    @Declared(.policy, "pin") var pinKind: HostPolicy.PinKind
     /// The `pins` as written (each well-formed: a malformed pin is a decode error).
-    var pins: [Pin] = []
-    var certificateFiles: [String] = []
-    var enforce = true
+    @Declared(.policy, "pins") var pins: [Pin]
+    @Declared(.policy, "certificates") var certificateFiles: [String]
+    @Declared(.policy, "enforce") var enforce: Bool
     /// `require_web_pki_profile`: the web-PKI issuance rules for system and listed anchors.
-    var requireWebPKIProfile = true
+    @Declared(.policy, "require_web_pki_profile") var requireWebPKIProfile: Bool
     /// `verify_command` as written: the executable, then its arguments.
-    var verifyCommand: [String]?
+    @Declared(.policy, "verify_command") var verifyCommand: [String]?
     /// `expires` as written (YYYY-MM-DD) and the first instant pins are no longer enforced.
-    var expires: (written: String, end: Date)?
-    var includeSubdomains = false
+    @Declared(.policy, "expires") var expires: (written: String, end: Date)?
+    @Declared(.policy, "include_subdomains") var includeSubdomains: Bool
     /// nil: `proxy.allow_ports`.
-    var ports: Set<UInt16>?
-    var minTLS: HostPolicy.TLSVersion = .v1_2
-    var revocation: Revocation = .off
+    @Declared(.policy, "ports") var ports: Set<UInt16>?
+    @Declared(.policy, "min_tls") var minTLS: HostPolicy.TLSVersion
+    @Declared(.policy, "revocation") var revocation: Revocation
     /// nil when `crls` is not written.
-    var crlFiles: [String]?
-    var mode: HostPolicy.Mode = .intercept
+    @Declared(.policy, "crls") var crlFiles: [String]?
+    @Declared(.policy, "mode") var mode: HostPolicy.Mode
     /// `client_certificate` and `client_key` as written.
-    var clientCertificateFile: String?
-    var clientKeyFile: String?
+    @Declared(.policy, "client_certificate") var clientCertificateFile: String?
+    @Declared(.policy, "client_key") var clientKeyFile: String?
 
+    /// An entry that writes no key: every field is its key's declared default.
     init(path: [String], name: String, pattern: HostPattern?) {
-        self.path = path
-        self.name = name
-        self.pattern = pattern
+        self = Self.unwritten
+        (self.path, self.name, self.pattern) = (path, name, pattern)
+    }
+
+    /// The declared defaults, looked up once (an entry is made for every host of the config).
+    private static let unwritten = RawPolicy(defaults: ())
+
+    private init(defaults: Void) {
+        (path, name, pattern) = ([], "", nil)
     }
 
     /// Whether pins are given, by digest or by certificate.
@@ -75,6 +82,17 @@ struct RawPolicy: Sendable {
 
     /// Whether the entry pins anything.
     var isPinned: Bool { pinKind != .none && hasPinMaterial }
+}
+
+extension RawPolicy.Trust: TOMLWritable {
+    var tomlText: String {
+        switch self {
+        case .system: #""system""#
+        case .pinned: #""pinned""#
+        case .none: #""none""#
+        case .listed(let files, let includingSystem): PinproxyPolicy.tomlText((includingSystem ? ["system"] : []) + files) ?? "[]"
+        }
+    }
 }
 
 /// A problem found by a stage, placed by key path; the loader turns it into `FILE:LINE`.

@@ -34,8 +34,8 @@ struct PublicKeyRule: ProfileRule {
             guard let key = certificate.publicKeyShape else { return "the public key of \(certificate.ruleLabel) cannot be decoded" }
             switch key.algorithm {
             case .dsa: return "\(certificate.ruleLabel) has a DSA key"
-            case .rsa where key.bits % 8 != 0: return "\(certificate.ruleLabel) has an RSA modulus of \(key.bits) bits, not a multiple of 8"
-            default: return nil
+            case .rsa: return key.bits % 8 != 0 ? "\(certificate.ruleLabel) has an RSA modulus of \(key.bits) bits, not a multiple of 8" : nil
+            case .ec, .ed25519, .ed448, .other: return nil
             }
         }
     }
