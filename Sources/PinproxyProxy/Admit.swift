@@ -66,8 +66,3 @@ extension ClientConnection {
         }
     }
 }
-
-// TEMPORARY until the key is declared: no per-client limit.
-extension ProxySettings {
-    var maxTunnelsPerClient: Int? { nil }
-}

@@ -201,7 +201,8 @@ final class Worker: @unchecked Sendable {
         }
         // Read before the buffer event takes the socket over.
         let addresses = kind == .transparent ? ConnectionAddresses(socket: socket) : nil
-        let ourEnd = config.clients.isEmpty || kind == .transparent ? nil : SocketAddress.local(of: socket)
+        let identifies = !config.clients.isEmpty || config.proxy.maxTunnelsPerClient != nil
+        let ourEnd = !identifies || kind == .transparent ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
         let connection: ClientConnection<LoopIO>
         do {
