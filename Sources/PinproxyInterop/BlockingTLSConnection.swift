@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// A direct, blocking TLS client connection, for the commands (`diagnose`, `pin --connect`) and
 /// the report sender's own thread: never used on the daemon's event loops. One deadline bounds

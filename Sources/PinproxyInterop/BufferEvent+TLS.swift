@@ -1,6 +1,7 @@
 import COpenSSL
 import CLibevent
 import CPinproxyShims
+import PinproxyCore
 
 /// A buffer event's TLS: the client and server handshakes, and what a finished handshake tells.
 extension BufferEvent {

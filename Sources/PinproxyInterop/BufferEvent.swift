@@ -3,6 +3,7 @@ import Foundation
 import COpenSSL
 import CLibevent
 import CPinproxyShims
+import PinproxyCore
 
 /// A libevent bufferevent: a socket (plain or TLS) with input and output buffers and
 /// callbacks on its loop. Owns the bufferevent (and through it the socket and SSL); `close`

@@ -1,5 +1,6 @@
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 // MARK: - The extensions the web-PKI rules read (Sources/PinproxyPolicy/WebPKI), through OpenSSL's accessors
 

@@ -1,5 +1,6 @@
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 // MARK: - The names a certificate carries: its subject's commonNames, its subjectAltName, and
 // the nameConstraints it sets on the certificates below it

@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import PinproxyCore
 import Synchronization
 import COpenSSL
 import CPinproxyShims

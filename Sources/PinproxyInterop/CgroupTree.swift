@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 /// The cgroup v2 hierarchy as /sys/fs/cgroup shows it: where it is mounted, and the id of each
 /// cgroup (the inode of its directory, what `INET_DIAG_CGROUP_ID` reports). Blocking

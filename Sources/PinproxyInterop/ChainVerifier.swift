@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 extension ChainProblem {
     /// True for OpenSSL's codes for a certificate's names against an issuer's name

@@ -1,6 +1,7 @@
 import CPinproxyShims
 import Glibc
 import Foundation
+import PinproxyCore
 
 extension ChildProcess {
     /// A started command: its pid, the pidfd that wakes a poll when it exits, our pipe ends.

@@ -1,6 +1,7 @@
 import Glibc
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// The extension type of Encrypted Client Hello (draft-ietf-tls-esni).
 let encryptedClientHelloExtension: UInt32 = 0xfe0d

@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 extension CommandRun {
     /// Runs `executable` (a path) with `arguments`, writing `input` to its stdin.

@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 /// This process's ids, and the signals it sends to others.
 public enum CurrentProcess {

@@ -3,6 +3,7 @@ import Foundation
 import CPinproxyShims
 import COpenSSL
 import CLibevent
+import PinproxyCore
 
 /// Non-blocking name resolution with libevent's evdns: nameservers from resolv.conf and
 /// /etc/hosts, read once when the resolver is created.

@@ -3,6 +3,7 @@ import Glibc
 // has loaded that C module, it owns the `SOCK_STREAM` constant and Glibc no longer provides it,
 // so a file naming `SOCK_STREAM` must import it too (or the build fails depending on batching).
 import CPinproxyShims
+import PinproxyCore
 
 /// Calls on a descriptor this process was handed rather than opened (socket activation, the
 /// journal's stream): each reports what the kernel said and decides nothing.

@@ -3,6 +3,7 @@ import Foundation
 import COpenSSL
 import CLibevent
 import CPinproxyShims
+import PinproxyCore
 
 /// One libevent `event_base`, run by one thread. Objects created on a loop (timers, buffer
 /// events, listeners, DNS) must be used on that loop's thread only; `post` is the one

@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import PinproxyCore
 
 extension FilePathBytes {
     /// The argument of this process's command line that Swift decoded as `argument`, with the

@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 /// What `stat` says of a path (symbolic links followed): whether it is a directory, its
 /// owner, and its permission bits.

@@ -1,5 +1,6 @@
 import Glibc
 import CNghttp2
+import PinproxyCore
 
 /// The server side of one HTTP/2 connection, driven in memory by libnghttp2 (framing, flow
 /// control, HPACK): `receive` takes what the client sent, `takeOutput` gives what to send back.

@@ -1,6 +1,7 @@
 import Glibc
 import Foundation
 import CLibevent
+import PinproxyCore
 
 /// A small HTTP server on libevent's `evhttp`, sharing an event base the caller runs (pass an
 /// `EventLoop`). Every request goes to one handler, which sees its method and path and

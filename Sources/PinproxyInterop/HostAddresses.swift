@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 extension HostAddresses {
     /// Every IPv4 and IPv6 address of every interface, as the kernel lists them now.

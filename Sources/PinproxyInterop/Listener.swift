@@ -3,6 +3,7 @@ import Foundation
 import CPinproxyShims
 import COpenSSL
 import CLibevent
+import PinproxyCore
 
 /// A listening TCP socket on a loop (libevent evconnlistener). Accepted sockets arrive
 /// non-blocking and close-on-exec.

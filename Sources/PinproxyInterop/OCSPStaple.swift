@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// Reads stapled OCSP responses for a verified leaf and its issuer (Policy's `check` judges them).
 public enum OCSPStaple {

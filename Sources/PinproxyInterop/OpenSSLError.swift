@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 extension OpenSSLError {
     /// Captures and clears the calling thread's OpenSSL error queue.

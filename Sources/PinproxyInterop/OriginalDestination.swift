@@ -1,5 +1,6 @@
 import Glibc
 import CPinproxyShims
+import PinproxyCore
 
 /// The addresses of an accepted connection as the kernel knows them: where it was accepted
 /// (`local`), and where the client was sending it before netfilter (an nftables `redirect`)

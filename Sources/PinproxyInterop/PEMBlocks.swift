@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 extension PEMBlocks {
     /// The DER of every block of `bytes`, each of one of `types` (the word after BEGIN); `what`

@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// A private key: owns one OpenSSL `EVP_PKEY`.
 public final class PrivateKey: @unchecked Sendable {

@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 extension ProcessStats {
     /// Reads `/proc/self/stat`, `/proc/stat` (boot time), `/proc/self/fd` and the open-file

@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// A certificate revocation list: owns one OpenSSL `X509_CRL`.
 public final class RevocationList: @unchecked Sendable {

@@ -1,6 +1,7 @@
 import Glibc
 import Foundation
 import CPinproxyShims
+import PinproxyCore
 
 extension SocketAddress {
     /// Calls `body` with a pointer to the C sockaddr and its length.

@@ -1,5 +1,6 @@
 import Glibc
 import CPinproxyShims
+import PinproxyCore
 
 /// One `NETLINK_SOCK_DIAG` socket that looks up TCP sockets by their exact 4-tuple
 /// (`SOCK_DIAG_BY_FAMILY` without `NLM_F_DUMP`: the kernel's hash lookup, not a table walk).

@@ -3,6 +3,7 @@ import Foundation
 import CPinproxyShims
 import COpenSSL
 import CLibevent
+import PinproxyCore
 
 /// One non-blocking TCP connect with a timeout; the result arrives once on the loop.
 public final class TCPConnector {

@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// SSL_OP_NO_RENEGOTIATION: TLS 1.2 renegotiation refused.
 private let noRenegotiation = pp_SSL_OP_NO_RENEGOTIATION()

@@ -2,6 +2,7 @@ import Glibc
 import COpenSSL
 import CLibevent
 import CPinproxyShims
+import PinproxyCore
 
 /// A TLS connection whose handshake is done, taken out of its buffer event
 /// (`BufferEvent.takeTLSEndpoint`) for the relay: the socket, the SSL, and what libevent had

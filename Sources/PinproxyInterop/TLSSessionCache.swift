@@ -1,6 +1,7 @@
 import Glibc
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// Upstream TLS sessions kept for resumption, keyed by the caller (pinproxy keys them by
 /// policy fingerprint, host and port). A session enters only through `admit`, i.e. after

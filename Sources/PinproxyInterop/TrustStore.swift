@@ -2,6 +2,7 @@ import Glibc
 import Foundation
 import COpenSSL
 import CPinproxyShims
+import PinproxyCore
 
 /// A set of trust anchors: owns one OpenSSL `X509_STORE`. Immutable once built, so
 /// verifications on any thread may share it.

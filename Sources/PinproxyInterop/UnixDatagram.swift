@@ -4,6 +4,7 @@ import Glibc
 import CPinproxyShims
 import CLibevent
 import COpenSSL
+import PinproxyCore
 
 /// One `AF_UNIX` datagram to an address that is either a filesystem path (`/run/x`) or, with a
 /// leading `@`, a name in the Linux abstract namespace.

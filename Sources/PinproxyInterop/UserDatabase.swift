@@ -1,4 +1,5 @@
 import Glibc
+import PinproxyCore
 
 /// User names and uids through the C library (NSS: /etc/passwd, and LDAP or sssd where
 /// configured). A lookup can block on a remote directory: never call one on an event loop.

@@ -1,6 +1,7 @@
 import Foundation
 import PinproxyCore
 import Logging
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService

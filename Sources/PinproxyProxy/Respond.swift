@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService

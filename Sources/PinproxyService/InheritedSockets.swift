@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// Why the sockets a service manager passed (`LISTEN_FDS`) cannot be used.

@@ -1,3 +1,4 @@
+import PinproxyCore
 import PinproxyInterop
 
 /// Why a datagram could not be sent to the service manager's notification socket.

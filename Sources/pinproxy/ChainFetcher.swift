@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// Fetches the chain a live server presents, with a direct blocking TLS connection: for the

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// `name` in PATH (or the usual sbin directories, which a user's PATH may lack).

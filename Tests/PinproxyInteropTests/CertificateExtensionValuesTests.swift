@@ -1,4 +1,5 @@
 import COpenSSL
+import PinproxyCore
 import PinproxyInterop
 import XCTest
 

@@ -638,7 +638,7 @@ final class ConfigLoaderTests: XCTestCase {
     /// The rules stage alone: a decoded policy in, findings out, no file read (the certificate
     /// named here does not exist, and no rule asks for it).
     func testRulesStageIsPure() {
-        var policy = RawPolicy(path: ["hosts", "a.test"], name: #"hosts."a.test""#, pattern: HostPattern("a.test"))
+        var policy = RawPolicy.unwritten(path: ["hosts", "a.test"], name: #"hosts."a.test""#, pattern: HostPattern("a.test"))
         policy.trust = .none
         policy.pinKind = .certificate
         policy.certificateFiles = ["/nonexistent/leaf.pem"]

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import PinproxyCore
 @testable import PinproxyInterop
 import XCTest
 

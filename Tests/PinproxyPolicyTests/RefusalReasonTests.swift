@@ -1,46 +1,48 @@
+import Foundation
 import PinproxyPolicy
 import XCTest
 
-/// `RefusalReason.traits`, the one table of what pinproxy does with each reason, row by row:
-/// a change to any reason's treatment (or a new reason) changes this test too.
+/// `RefusalReason.traits` is the one table of what pinproxy does with each reason: these tests
+/// hold its rows to the rules that bind the columns together, and the printed table
+/// (`pinproxy reasons`, the docs) to it, without keeping a copy of it.
 final class RefusalReasonTests: XCTestCase {
-    /// reason: HTTP status, may be report-only, policy decision, certificate reason, Proxy-Status error.
-    static let expected: [(RefusalReason, Int, Bool, Bool, Bool, String)] = [
-        (.clientDenied, 403, false, false, false, "http_request_denied"),
-        (.hostDenied, 403, true, true, false, "http_request_denied"),
-        (.portDenied, 403, true, true, false, "http_request_denied"),
-        (.untrustedChain, 403, false, true, true, "tls_certificate_error"),
-        (.certificateExpired, 403, false, true, true, "tls_certificate_error"),
-        (.certificateNotYetValid, 403, false, true, true, "tls_certificate_error"),
-        (.revoked, 403, false, true, true, "tls_certificate_error"),
-        (.revocationUnknown, 403, true, true, true, "tls_certificate_error"),
-        (.hostnameMismatch, 403, false, true, true, "tls_certificate_error"),
-        (.pinMismatch, 403, true, true, true, "tls_certificate_error"),
-        (.customCheck, 403, true, true, true, "tls_certificate_error"),
-        (.tlsVersion, 403, false, false, false, "tls_protocol_error"),
-        (.destinationDenied, 403, false, false, false, "destination_ip_prohibited"),
-        (.destinationMismatch, 403, false, false, false, "destination_ip_prohibited"),
-        (.cleartextDenied, 403, false, false, false, "http_request_denied"),
-        (.badRequest, 400, false, false, false, "http_request_error"),
-        (.noSNI, 403, false, false, false, "http_request_error"),
-        (.captureLoop, 403, false, false, false, "proxy_loop_detected"),
-        (.clientLimit, 429, false, false, false, "http_request_denied"),
-        (.dnsFailure, 502, false, false, false, "dns_error"),
-        (.upstreamUnreachable, 502, false, false, false, "destination_unavailable"),
-        (.handshakeFailed, 502, false, false, false, "tls_protocol_error"),
-        (.upstreamTimeout, 504, false, false, false, "connection_timeout"),
-    ]
-
-    func testEveryReasonsRow() {
-        XCTAssertEqual(Self.expected.map(\.0), RefusalReason.allCases, "every reason, in priority order")
-        for (reason, status, reportOnly, policy, certificate, proxyError) in Self.expected {
+    func testTheRulesEveryRowKeeps() {
+        for reason in RefusalReason.allCases {
             let traits = reason.traits
-            XCTAssertEqual(traits.httpStatus, status, "\(reason)")
-            XCTAssertEqual(traits.mayBeReportOnly, reportOnly, "\(reason)")
-            XCTAssertEqual(traits.isPolicyDecision, policy, "\(reason)")
-            XCTAssertEqual(traits.isCertificateReason, certificate, "\(reason)")
-            XCTAssertEqual(traits.proxyStatusError.rawValue, proxyError, "\(reason)")
+            XCTAssertTrue([400, 403, 429, 502, 504].contains(traits.httpStatus), "\(reason)")
+            // A certificate the server presented is why: the verdict decides it, and Proxy-Status says so.
+            XCTAssertEqual(traits.isCertificateReason, traits.proxyStatusError == .tlsCertificateError, "\(reason)")
+            if traits.isCertificateReason { XCTAssertTrue(traits.isPolicyDecision, "\(reason)") }
+            // Only the entry's own checks can be made report-only by its enforce = false.
+            if traits.mayBeReportOnly { XCTAssertTrue(traits.isPolicyDecision, "\(reason)") }
+            // A 5xx is the upstream's failure, never a policy decision.
+            if traits.httpStatus >= 500 { XCTAssertFalse(traits.isPolicyDecision || traits.mayBeReportOnly, "\(reason)") }
+            XCTAssertNotEqual(traits.proxyStatusError, .dnsTimeout, "\(reason): dns_timeout is said only of a lookup that timed out")
         }
+        // The chain, its dates, the host name and a revocation are always enforced.
+        for reason in [RefusalReason.untrustedChain, .certificateExpired, .certificateNotYetValid, .revoked, .hostnameMismatch] {
+            XCTAssertFalse(reason.traits.mayBeReportOnly, "\(reason)")
+        }
+    }
+
+    /// `pinproxy reasons --json` gives each reason's traits, in priority order, and reads back.
+    func testTheRowsAreTheTraits() throws {
+        let rows = RefusalReason.rows
+        XCTAssertEqual(rows.map(\.reason), RefusalReason.allCases.map(\.rawValue))
+        for (row, reason) in zip(rows, RefusalReason.allCases) {
+            let traits = reason.traits
+            XCTAssertEqual(row.status, traits.httpStatus)
+            XCTAssertEqual(row.proxyStatusError, traits.proxyStatusError.rawValue)
+            XCTAssertEqual(row.mayBeReportOnly, traits.mayBeReportOnly)
+            XCTAssertEqual(row.decidedBy, traits.isPolicyDecision ? "verdict" : "proxy")
+            XCTAssertEqual(row.sendsReport, traits.isCertificateReason)
+        }
+        let json = try JSONEncoder().encode(rows)
+        XCTAssertEqual(try JSONDecoder().decode([RefusalReason.Row].self, from: json), rows)
+        let objects = try XCTUnwrap(try JSONSerialization.jsonObject(with: json) as? [[String: Any]])
+        XCTAssertEqual(Set(try XCTUnwrap(objects.first).keys),
+                       ["reason", "status", "proxy_status_error", "may_be_report_only", "decided_by", "sends_report"])
+        XCTAssertEqual(RefusalReason.textTable.split(separator: "\n").count, RefusalReason.allCases.count + 1)
     }
 
     /// The priority order is declaration order, and total.

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService

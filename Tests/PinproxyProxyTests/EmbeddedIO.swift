@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 @testable import PinproxyInterop
 import PinproxyPolicy
 @testable import PinproxyProxy

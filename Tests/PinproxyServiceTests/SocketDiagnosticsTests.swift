@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PinproxyCore
 import XCTest
 import CPinproxyShims
 import PinproxyInterop

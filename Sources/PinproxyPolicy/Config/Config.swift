@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// A loaded, fully checked pinproxy configuration. Immutable: the daemon shares one snapshot

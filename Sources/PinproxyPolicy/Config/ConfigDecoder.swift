@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import TOMLKit
 
@@ -143,7 +144,7 @@ struct ConfigDecoder {
     /// that did not keeps its default).
     mutating func decodePolicy(_ table: TOMLTable, _ path: [String], name: String, pattern: HostPattern?) -> (policy: RawPolicy, decoded: Bool) {
         let findingsBefore = findings.count
-        var policy = RawPolicy(path: path, name: name, pattern: pattern)
+        var policy = RawPolicy.unwritten(path: path, name: name, pattern: pattern)
         let keyCount = table.count
         var found = 0
         let keys = ConfigSchema.policy

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import TOMLKit
 
@@ -136,7 +137,7 @@ private struct Load {
         var defaultEntry: PolicyEntry?
         if document["default"] == nil {
             // No [default]: every key's declared default.
-            defaultEntry = Self.entry(RawPolicy(path: ["default"], name: "default", pattern: nil), decoded: true, line: 0, proxy: proxy,
+            defaultEntry = Self.entry(RawPolicy.unwritten(path: ["default"], name: "default", pattern: nil), decoded: true, line: 0, proxy: proxy,
                                       files: &files, into: &findings)
         } else if let table = decoder.table("default", in: document) {
             let (raw, decoded) = decoder.decodePolicy(table, ["default"], name: "default", pattern: nil)

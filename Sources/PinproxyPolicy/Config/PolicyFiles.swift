@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// The third stage of loading: reads the certificate and CRL files a checked policy names,

@@ -58,16 +58,18 @@ struct RawPolicy: Sendable {
     @Declared(.policy, "client_certificate") var clientCertificateFile: String?
     @Declared(.policy, "client_key") var clientKeyFile: String?
 
-    /// An entry that writes no key: every field is its key's declared default.
-    init(path: [String], name: String, pattern: HostPattern?) {
-        self = Self.unwritten
-        (self.path, self.name, self.pattern) = (path, name, pattern)
+    /// An entry that writes no key: every field is its key's declared default. A copy of one
+    /// made once: an initializer would look every default up again (`@Declared`), for each of
+    /// 100,000 entries.
+    static func unwritten(path: [String], name: String, pattern: HostPattern?) -> RawPolicy {
+        var raw = prototype
+        (raw.path, raw.name, raw.pattern) = (path, name, pattern)
+        return raw
     }
 
-    /// The declared defaults, looked up once (an entry is made for every host of the config).
-    private static let unwritten = RawPolicy(defaults: ())
+    private static let prototype = RawPolicy()
 
-    private init(defaults: Void) {
+    private init() {
         (path, name, pattern) = ([], "", nil)
     }
 

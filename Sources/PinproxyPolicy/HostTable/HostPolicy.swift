@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// The policy one `[default]` or `[hosts."PATTERN"]` entry applies, fully loaded: pins

@@ -1,3 +1,4 @@
+import PinproxyCore
 import PinproxyInterop
 
 /// The host → policy table. Lookup precedence: exact name > `*.` pattern > the

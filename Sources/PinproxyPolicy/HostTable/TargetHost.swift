@@ -1,3 +1,4 @@
+import PinproxyCore
 import PinproxyInterop
 
 /// A destination host as a client names it: a DNS name (lower-case LDH, no trailing dot)

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// The egress lock: an nftables ruleset, in its own table `inet pinproxy`, that redirects the

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// What pinproxy asks of OpenSSL's chain building beyond one X509_verify_cert run.

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// The one trust decision of pinproxy. The daemon, `pinproxy evaluate` and the tests all call

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 // Rules for the leaf a CA issued (not a self-signed server the operator trusts directly).

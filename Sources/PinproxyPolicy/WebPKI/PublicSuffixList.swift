@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// The public suffix list (publicsuffix.org), as Debian's `publicsuffix` package installs it.
