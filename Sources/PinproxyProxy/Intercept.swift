@@ -38,9 +38,10 @@ extension ClientConnection {
         // An unknown client a [clients."unknown"] section admitted: the line says so.
         var unknown: [String] = []
         if let identity = client.identity, case .unknown = identity { unknown = ["client \(identity)"] }
+        let withheld = [clientCertificateNote(tunnel.upstream)].compactMap { $0 }
         var detail = ([note].compactMap { $0 } + unknown + verdict.notes + unanswered + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
-            detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
+            detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")] + withheld).joined(separator: "; ")
         }
         logDecision(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
                     reopenChange: reopenChange)
