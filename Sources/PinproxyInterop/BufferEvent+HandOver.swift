@@ -28,6 +28,7 @@ extension BufferEvent {
         }
         _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
         SSL_set_msg_callback(ssl, nil)
+        ClientCertificateGate.remove(from: ssl, of: self)
         forgetHandle()
         ownedSSL = nil
         ownedSocket = -1

@@ -9,7 +9,8 @@ extension BufferEvent {
     /// The event callback reports `.connected` once the handshake completes.
     /// With `sessions` and `sessionKey`, a cached session is offered for resumption, and the
     /// sessions of this connection are cached once `admitSession` is called. `clientIdentity` is
-    /// presented if the server asks for a client certificate.
+    /// never installed up front: when the server asks for a client certificate, it is presented
+    /// only if `onClientCertificateRequest` answers `.present` (`ClientCertificateGate`).
     /// Renegotiation is refused (the context sets SSL_OP_NO_RENEGOTIATION); a server that asks
     /// for it sets `renegotiationAttempted` and calls `onRenegotiationAttempt`.
     public static func connectTLS(loop: EventLoop, socket: Int32, context: TLSClientContext, serverName: String?,
@@ -20,7 +21,7 @@ extension BufferEvent {
         let ssl: OpaquePointer
         do {
             ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
-                                      alpn: alpn, clientIdentity: clientIdentity, resumption: slot)
+                                      alpn: alpn, resumption: slot)
         } catch {
             closeSocket(socket)
             throw error
@@ -39,6 +40,7 @@ extension BufferEvent {
         let connection = BufferEvent(handle: handle, isTLS: true, loop: loop)
         connection.ownedSSL = ssl
         connection.ownedSocket = socket
+        if let clientIdentity { ClientCertificateGate.install(on: ssl, identity: clientIdentity, for: connection) }
         // A HelloRequest means the server wants a new handshake (one during the first handshake
         // is meaningless, and treated alike). OpenSSL is already processing it when this runs,
         // so SSL_is_init_finished cannot tell the two apart.

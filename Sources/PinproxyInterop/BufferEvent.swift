@@ -33,6 +33,12 @@ public final class BufferEvent {
     public internal(set) var clientCertificateRequested = false
     /// Called on the loop's next pass after a refused renegotiation request.
     public var onRenegotiationAttempt: (() -> Void)?
+    /// Asked, inside OpenSSL, when an upstream with an identity to present asks for a client
+    /// certificate: after the server's whole flight, before anything of the identity is sent
+    /// (`ClientCertificateGate`). Without an answer, the identity is withheld.
+    public var onClientCertificateRequest: (() -> ClientCertificateAnswer)?
+    /// The context of the SSL's certificate callback, retained while it is set.
+    var certificateGate: UnsafeMutableRawPointer?
     var renegotiationNotice: Timer?
     private var readHighWatermark = 0
     public var onRead: (() -> Void)?
@@ -88,6 +94,7 @@ public final class BufferEvent {
         if let ssl = ownedSSL {
             if SSL_is_init_finished(ssl) == 1 { _ = SSL_shutdown(ssl) }
             if underlying == nil { releaseSessionSlot(ssl) }
+            ClientCertificateGate.remove(from: ssl, of: self)
             _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, nil)
             _ = drainErrorQueue()
         }
@@ -117,6 +124,7 @@ public final class BufferEvent {
         onWrite = nil
         onEvent = nil
         onRenegotiationAttempt = nil
+        onClientCertificateRequest = nil
         renegotiationNotice = nil
     }
 

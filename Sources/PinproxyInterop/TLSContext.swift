@@ -46,19 +46,12 @@ public final class TLSClientContext: @unchecked Sendable {
         SSL_CTX_free(handle)
     }
 
-    /// A new SSL for one upstream connection, offering `alpn`, and presenting `clientIdentity`
-    /// if the server asks for a client certificate.
+    /// A new SSL for one upstream connection, offering `alpn`. It holds no client certificate:
+    /// one is installed only when the server asks for it and has been judged
+    /// (`ClientCertificateGate`).
     func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
-                 clientIdentity: TLSClientIdentity?, resumption: SessionSlot?) throws -> OpaquePointer {
+                 resumption: SessionSlot?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
-        if let identity = clientIdentity {
-            // The chain certificates are added with a reference of their own (SSL_add1_chain_cert).
-            guard SSL_use_certificate(ssl, identity.certificate.handle) == 1, SSL_use_PrivateKey(ssl, identity.key.handle) == 1,
-                  identity.chain.allSatisfy({ SSL_ctrl(ssl, SSL_CTRL_CHAIN_CERT, 1, UnsafeMutableRawPointer($0.handle)) == 1 }) else {
-                SSL_free(ssl)
-                throw OpenSSLError.drain("installing the client certificate")
-            }
-        }
         let wire = alpn.wire
         guard SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0 else {
             SSL_free(ssl)

@@ -201,6 +201,15 @@ final class ClientConnection<IO: ConnectionIO> {
         let started: TimeInterval
         /// Its socket's entry among the daemon's own (while a transparent listener is on).
         let own: OwnUpstreams.Registration?
+        /// The verdict on the server, once judged (`judge`): during the handshake when the server
+        /// asked for the entry's client certificate. The connection goes on with this one.
+        var judged: Verdict? = nil
+
+        /// Whether the server asked for the entry's client certificate and did not get it,
+        /// having failed the verdict (report-only failures included).
+        var withheldClientCertificate: Bool {
+            judged.map { !$0.releasesClientCertificate } ?? false
+        }
     }
 
     /// An upstream the verdict admitted, the protocol it negotiated, and the relay's counters

@@ -68,6 +68,8 @@ protocol ConnectionEndpoint: AnyObject {
     var onWrite: (() -> Void)? { get set }
     var onEvent: ((EndpointEvents) -> Void)? { get set }
     var onRenegotiationAttempt: (() -> Void)? { get set }
+    /// Asked, during an upstream handshake, when the server asks for the client certificate.
+    var onClientCertificateRequest: (() -> ClientCertificateAnswer)? { get set }
     var inputLength: Int { get }
     var outputLength: Int { get }
     func setReading(_ enabled: Bool)

@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 extension ClientConnection {
-    /// Evaluate: the verdict on what the server presented, by the same function as `evaluate`.
+    /// Evaluate: the verdict on what the server presented (`judge`), once the handshake is done.
     /// It runs on resumed sessions too, on the chain stored with the session: resumption
     /// saves the handshake, never a check. It runs again on an upstream reopened for the
     /// client's ALPN offer, which then goes on to the client's handshake.
@@ -12,20 +12,54 @@ extension ClientConnection {
         shared.metrics.handshakeLatency(io.now - upstream.started)
         // Not read again until the relay starts: what it sends meanwhile waits in the kernel.
         connection.setReading(false)
+        let verdict = judge(upstream, for: destination)
+        guard verdict.allowsConnection else {
+            if connection.sessionReused { shared.sessions.remove(sessionKey(for: destination)) }
+            return refuse(verdict: verdict, alpn: connection.selectedProtocol, note: clientCertificateNote(upstream))
+        }
+        if TrustEvaluator.needsCustomCheck(verdict), let command = destination.entry.policy.verifyCommand {
+            return runCustomCheck(command, verdict: verdict, upstream: upstream, for: destination)
+        }
+        admit(verdict, upstream: upstream, for: destination)
+    }
+
+    /// The verdict on the server of `upstream`, by the same function as `evaluate`, computed once
+    /// per upstream handshake: when the server asks for the entry's client certificate
+    /// (`serverAskedForClientCertificate`, kept in `Upstream.judged`), else when the handshake is
+    /// done. Every check on what the server presented joins the verdict here, so that the
+    /// certificate goes only where the whole verdict passed, and the connection goes on with
+    /// that same verdict.
+    func judge(_ upstream: Upstream, for destination: Destination) -> Verdict {
+        if let judged = upstream.judged { return judged }
+        let connection = upstream.connection
         let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple)
         let started = io.now
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
                                               context: destination.context, at: io.wallClock)
         shared.metrics.verificationLatency(io.now - started)
         shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
-        guard verdict.allowsConnection else {
-            if connection.sessionReused { shared.sessions.remove(sessionKey(for: destination)) }
-            return refuse(verdict: verdict, alpn: connection.selectedProtocol)
-        }
-        if TrustEvaluator.needsCustomCheck(verdict), let command = destination.entry.policy.verifyCommand {
-            return runCustomCheck(command, verdict: verdict, upstream: upstream, for: destination)
-        }
-        admit(verdict, upstream: upstream, for: destination)
+        return verdict
+    }
+
+    /// Upstream TLS, inside the handshake: the server asked for the entry's client
+    /// certificate, after its whole flight (its certificate, and in TLS 1.2 its staple) and
+    /// before pinproxy's Certificate message. The server is judged now, and the certificate
+    /// presented only if the verdict releases it (`Verdict.releasesClientCertificate`); else
+    /// withheld, and the handshake ends here when the verdict refuses. The verdict stays with
+    /// the upstream; what it decides happens when the handshake ends (`upstreamEvent`), since
+    /// this runs inside OpenSSL.
+    func serverAskedForClientCertificate() -> ClientCertificateAnswer {
+        guard let (destination, step) = dialing, case .handshaking(var upstream, let timer) = step else { return .abortHandshake }
+        let verdict = judge(upstream, for: destination)
+        upstream.judged = verdict
+        advance(.handshaking(upstream, timer: timer))
+        if verdict.releasesClientCertificate { return .present }
+        return verdict.allowsConnection ? .withhold : .abortHandshake
+    }
+
+    /// What a decision line says of a client certificate the server asked for and did not get.
+    func clientCertificateNote(_ upstream: Upstream) -> String? {
+        upstream.withheldClientCertificate ? "client certificate withheld: the server asked for it and did not pass the verdict" : nil
     }
 
     /// The verdict admits the upstream: its session may be resumed, and the client's side goes

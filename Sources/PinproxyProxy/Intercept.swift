@@ -40,9 +40,10 @@ extension ClientConnection {
         case .some(let identity) where identity.isUnknown: unknown = ["client \(identity)"]
         case .some, nil: break
         }
+        let withheld = [clientCertificateNote(tunnel.upstream)].compactMap { $0 }
         var detail = ([note].compactMap { $0 } + unknown + verdict.notes + unanswered + (resumed ? ["upstream TLS session resumed"] : [])).joined(separator: "; ")
         if case .reportOnly = verdict.outcome {
-            detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")]).joined(separator: "; ")
+            detail = ([note].compactMap { $0 } + ["would refuse: " + verdict.failures.map(\.description).joined(separator: "; ")] + withheld).joined(separator: "; ")
         }
         record(.init(outcome: outcome, reason: verdict.reason, status: 200, detail: detail, verdict: verdict, alpn: tunnel.applicationProtocol,
                      reopen: note == nil ? .first : .reopened(changed: reopenChange)))

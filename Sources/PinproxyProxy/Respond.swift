@@ -21,10 +21,11 @@ extension ClientConnection {
     }
 
     /// Respond (refused): a refusal the verdict decided; `alpn` is what the refused upstream
-    /// negotiated.
-    func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil) {
+    /// negotiated, `note` what the detail adds after the failures.
+    func refuse(verdict: Verdict, alpn: ALPNProtocol? = nil, for destination: Destination? = nil, note: String? = nil) {
         guard let reason = verdict.reason else { return unexpected("a refusal by a verdict that has no reason") }
-        sendRefusal(reason: reason, detail: verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict,
+        let detail = (verdict.failures.map(\.description) + [note].compactMap { $0 }).joined(separator: "; ")
+        sendRefusal(reason: reason, detail: detail, verdict: verdict,
                     alpn: alpn, subject: destination.map(\.subject), proxyError: nil, client: destination?.client)
     }
 

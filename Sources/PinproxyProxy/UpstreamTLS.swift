@@ -7,8 +7,8 @@ extension ClientConnection {
     /// Upstream TLS: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
     /// literals), ALPN `offer` (h2, http/1.1; the client's own offer for a transparent client or
     /// when reopened for it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
-    /// the entry's `client_certificate` for a server that asks for one.
-    /// Renegotiation is refused (see `upstreamRenegotiationAttempted`).
+    /// the entry's `client_certificate` for a server that asks for one and passes the verdict
+    /// (`serverAskedForClientCertificate`). Renegotiation is refused (see `upstreamRenegotiationAttempted`).
     func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, own: OwnUpstreams.Registration?) {
         let entry = destination.entry
         let offer: ALPNOffer
@@ -33,6 +33,7 @@ extension ClientConnection {
         }
         connection.onEvent = { [weak self] events in self?.upstreamEvent(events) }
         connection.onRenegotiationAttempt = { [weak self] in self?.upstreamRenegotiationAttempted() }
+        connection.onClientCertificateRequest = { [weak self] in self?.serverAskedForClientCertificate() ?? .abortHandshake }
         let timer = io.timer(after: config.proxy.handshakeTimeout, repeats: false) { [weak self] in self?.upstreamHandshakeTimedOut() }
         let upstream = Upstream(connection: connection, address: address, offer: offer, started: io.now, own: own)
         advance(.handshaking(upstream, timer: timer))
@@ -47,6 +48,12 @@ extension ClientConnection {
                 return evaluateUpstream(upstream, for: destination)
             }
             let failure = upstream.connection.takeTLSErrors()
+            if let verdict = upstream.judged, !verdict.releasesClientCertificate {
+                // Judged when the server asked for the client certificate, which it did not get.
+                guard verdict.allowsConnection else { return refuse(verdict: verdict, note: clientCertificateNote(upstream)) }
+                let failures = verdict.failures.map(\.description).joined(separator: "; ")
+                return refuse(.handshakeFailed, "the TLS handshake with \(describe(upstream, for: destination)) failed without the client certificate, withheld because the server would be refused (\(failures)): \(failure)")
+            }
             if upstream.own?.captured == true {
                 return refuse(.captureLoop, "pinproxy's own connection to \(describe(upstream, for: destination)) was captured by the egress lock and came back to its transparent listener: run pinproxy as a user of [capture] exempt_users (then `pinproxy egress apply`)")
             }

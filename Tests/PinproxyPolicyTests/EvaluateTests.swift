@@ -477,6 +477,25 @@ final class EvaluateTests: XCTestCase {
         XCTAssertTrue(verdict.verified.isEmpty)
     }
 
+    /// The entry's client certificate goes only to a server that passed the whole verdict: a
+    /// report-only failure withholds it, and allow-insecure (which checks nothing) never releases it.
+    func testOnlyAPassedVerdictReleasesTheClientCertificate() throws {
+        let pinned = "pin = \"public-key\"\npins = [\"{spki:api}\", \"{spki:api-rsa}\"]"
+        let cases: [(String, String, String, Bool)] = [
+            ("passed", Self.apiEntry(pinned), "api-chain.pem", true),
+            ("pin-mismatch", Self.apiEntry(pinned), "api-newkey-chain.pem", false),
+            ("report-only pin-mismatch", Self.apiEntry(pinned + "\nenforce = false"), "api-newkey-chain.pem", false),
+            ("untrusted", Self.apiEntry(), "untrusted-chain.pem", false),
+            ("allow-insecure", Self.apiEntry("action = \"allow-insecure\""), "api-chain.pem", false),
+        ]
+        for (name, config, chain, releases) in cases {
+            let verdict = try pki.evaluate(config: config, host: "api.test", chain: chain)
+            XCTAssertEqual(verdict.releasesClientCertificate, releases, "\(name): \(verdict.summary)")
+        }
+        let reportOnly = try pki.evaluate(config: Self.apiEntry(pinned + "\nenforce = false"), host: "api.test", chain: "api-newkey-chain.pem")
+        XCTAssertTrue(reportOnly.allowsConnection, "report-only lets the connection go on, without the certificate")
+    }
+
     // MARK: Several failures
 
     /// Every failure is kept, most important first; the first names the verdict.

@@ -182,6 +182,7 @@ final class EmbeddedEndpoint: ConnectionEndpoint {
     var onWrite: (() -> Void)?
     var onEvent: ((BufferEvent.Events) -> Void)?
     var onRenegotiationAttempt: (() -> Void)?
+    var onClientCertificateRequest: (() -> ClientCertificateAnswer)?
     var input: [UInt8] = []
     private(set) var written: [UInt8] = []
     var holdsOutput = false

@@ -61,6 +61,9 @@ enum ConfigRules {
             let (given, missing) = policy.clientKeyFile == nil ? ("client_certificate", "client_key") : ("client_key", "client_certificate")
             error(path + [given], "\(name) gives \(given) without \(missing): both are needed to present a client certificate")
         }
+        if policy.clientCertificateFile != nil && policy.mode != .tunnel {
+            findings += clientCertificateErrors(policy)
+        }
         if policy.mode == .tunnel {
             findings += tunnelErrors(policy)
         }
@@ -115,6 +118,24 @@ extension ConfigRules {
         return keys.map { key, what in
             .error(path + [key], "\(name) has mode = \"tunnel\", which relays the client's TLS unverified: \(what) cannot apply; remove it, or set mode = \"intercept\"")
         }
+    }
+}
+
+extension ConfigRules {
+    /// `client_certificate` goes only to a server the verdict passed, judged in the handshake
+    /// before the certificate is sent: an entry that checks no server could never present it,
+    /// and a `verify_command` could not answer in time.
+    static func clientCertificateErrors(_ policy: RawPolicy) -> [Finding] {
+        let name = policy.name
+        let path = policy.path + ["client_certificate"]
+        var findings: [Finding] = []
+        if policy.action == .allowInsecure {
+            findings.append(.error(path, "\(name) has client_certificate with action = \"allow-insecure\": the certificate goes only to a server that passed the verdict, and allow-insecure checks none; remove one of them"))
+        }
+        if policy.verifyCommand != nil {
+            findings.append(.error(path, "\(name) has client_certificate with verify_command: the certificate is presented during the TLS handshake, once the server passed the verdict, and a verify_command cannot answer there; remove one of them"))
+        }
+        return findings
     }
 }
 

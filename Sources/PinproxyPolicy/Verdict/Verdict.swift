@@ -98,4 +98,11 @@ public struct Verdict: Sendable {
         if case .refuse = outcome { return false }
         return true
     }
+
+    /// Whether the entry's `client_certificate` may go to the server this verdict judged: only
+    /// to one that passed every check of an entry that checks servers. A report-only failure
+    /// (`enforce = false`) withholds it too: the connection goes on, without the identity.
+    public var releasesClientCertificate: Bool {
+        outcome == .allow && entry.policy.action == .verify
+    }
 }
