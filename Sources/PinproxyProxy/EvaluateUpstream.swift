@@ -12,7 +12,9 @@ extension ClientConnection {
         shared.metrics.handshakeLatency(Date().timeIntervalSince(upstream.started))
         // Not read again until the relay starts: what it sends meanwhile waits in the kernel.
         connection.setReading(false)
-        let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple)
+        let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple,
+                                                       tlsExtensionSCTs: destination.entry.policy.ct == .off ? [] : connection.tlsExtensionSCTs,
+                                                       resumed: connection.sessionReused)
         let started = Date()
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
                                               context: destination.context, at: Date())

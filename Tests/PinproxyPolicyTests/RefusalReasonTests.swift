@@ -16,6 +16,7 @@ final class RefusalReasonTests: XCTestCase {
         (.revocationUnknown, 403, true, true, true, "tls_certificate_error"),
         (.hostnameMismatch, 403, false, true, true, "tls_certificate_error"),
         (.pinMismatch, 403, true, true, true, "tls_certificate_error"),
+        (.ctMissing, 403, true, true, true, "tls_certificate_error"),
         (.customCheck, 403, true, true, true, "tls_certificate_error"),
         (.tlsVersion, 403, false, false, false, "tls_protocol_error"),
         (.destinationDenied, 403, false, false, false, "destination_ip_prohibited"),

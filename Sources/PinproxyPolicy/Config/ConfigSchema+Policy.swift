@@ -77,6 +77,10 @@ extension ConfigSchema {
                 doc: "tunnel: the client's TLS is relayed as it is, unverified (host entries only; see [trust-decisions.md](trust-decisions.md#tunnels-mode--tunnel))") {
             $0.mode = $1
         },
+        .choice("ct", .policy, HostPolicy.CTMode.self, default: .value(#""off""#),
+                doc: "Certificate Transparency for chains that end at a system-store anchor: enforce refuses a certificate without enough SCTs from the logs of `ct_log_list` (`ct-missing`), report-only logs it as would-refuse ([trust-decisions.md](trust-decisions.md#certificate-transparency-ct))") {
+            $0.ct = $1
+        },
         .choice("revocation", .policy, RawPolicy.Revocation.self, default: .value(#""off""#),
                 doc: "crl: the leaf is checked against its issuer's CRL from `crls`; ocsp-staple: the server must staple a valid OCSP response, signed by the issuer") {
             $0.revocation = $1

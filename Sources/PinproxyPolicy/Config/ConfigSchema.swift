@@ -95,6 +95,10 @@ enum ConfigSchema {
         },
         .bool("report_client_identity", .proxy, default: .value("false"),
               doc: "reports carry `pinproxy-client` (user names and paths would go to the collector)") { $0.reportClientIdentity = $1 },
+        .nonEmptyString("ct_log_list", .proxy, default: .unset("none"), values: "file in the format of Chrome's log_list.json v3",
+                        doc: "the Certificate Transparency logs `ct` counts SCTs from; required when an entry sets `ct` ([trust-decisions.md](trust-decisions.md#certificate-transparency-ct))") {
+            $0.ctLogList = $1
+        },
     ])
 
     static let capture = ConfigKeys<CaptureSettings>([

@@ -65,6 +65,11 @@ block_private_destinations = true
 # default, since user names and paths would go to the collector.
 # report_client_identity = false
 
+# The Certificate Transparency logs whose SCTs `ct` counts: a file in the format of Chrome's
+# log_list.json (v3), kept current by you (pinproxy fetches nothing; older than 70 days, CT
+# is reported only). Required when an entry sets ct. See docs/trust-decisions.md.
+# ct_log_list = "/etc/pinproxy/ct-log-list.json"
+
 # Event loops; default one per core.
 # workers = 2
 
@@ -139,6 +144,9 @@ trust = "system"
 # revocation         "off" (default) | "crl" (leaf checked against its issuer's CRL from `crls`)
 #                    | "ocsp-staple" (the server must staple a valid OCSP response)
 # crls               ["crl/issuer.crl"]: CRL files (PEM or DER), with revocation = "crl".
+# ct                 "off" (default) | "enforce" | "report-only": Certificate Transparency for
+#                    chains that end at a system-store anchor: enough SCTs from the logs of
+#                    proxy.ct_log_list, as Chrome requires, else ct-missing.
 # require_web_pki_profile
 #                    true (default) | false: with trust "system" or a list, the chain must also
 #                    meet the web-PKI issuance rules (extendedKeyUsage serverAuth, key
@@ -198,6 +206,5 @@ trust = "system"
 # [clients."exe:/usr/bin/git"]
 # allow = ["git.example.com"]
 # enforce = false                 # report-only while rolling out
-
 """#
 }

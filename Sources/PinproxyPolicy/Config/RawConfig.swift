@@ -54,6 +54,7 @@ struct RawPolicy: Sendable {
     /// nil when `crls` is not written.
     var crlFiles: [String]?
     var mode: HostPolicy.Mode = .intercept
+    var ct: HostPolicy.CTMode = .off
     /// `client_certificate` and `client_key` as written.
     var clientCertificateFile: String?
     var clientKeyFile: String?

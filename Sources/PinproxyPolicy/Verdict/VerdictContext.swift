@@ -2,15 +2,19 @@ import PinproxyInterop
 
 /// What the verdict reads besides the entry, loaded with one config generation and handed in
 /// with it: the public suffix list, and the memory of the chains verified under this generation's
-/// stores. A reload builds a new context, so the memory starts empty with the new stores.
+/// stores, and the CT log list. A reload builds a new context, so the memory starts empty with
+/// the new stores and log list.
 public final class VerdictContext: Sendable {
     /// The list the `wildcard-public-suffix` rule consults.
     public let publicSuffixes: PublicSuffixList
     /// The chains OpenSSL verified under this generation (`TrustStore.verify`).
     public let verifiedChains: VerifiedChains
+    /// `[proxy] ct_log_list`, read with this generation; nil when not set.
+    public let ctLogs: CTLogs?
 
-    public init(publicSuffixes: PublicSuffixList, verifiedChains: VerifiedChains = VerifiedChains()) {
+    public init(publicSuffixes: PublicSuffixList, verifiedChains: VerifiedChains = VerifiedChains(), ctLogs: CTLogs? = nil) {
         self.publicSuffixes = publicSuffixes
         self.verifiedChains = verifiedChains
+        self.ctLogs = ctLogs
     }
 }
