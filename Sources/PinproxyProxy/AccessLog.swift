@@ -14,6 +14,8 @@ public struct AccessLog: Sendable {
         case host, port, entry, outcome, reason, status
         case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
         case alpn, detail
+        /// The CT check's answer, and every SCT found: on decisions where the entry sets `ct`.
+        case ct, scts
         case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"
         /// `connect` or `transparent`: on decision and tunnel lines.
         case listener

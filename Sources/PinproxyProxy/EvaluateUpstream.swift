@@ -20,6 +20,9 @@ extension ClientConnection {
                                               context: destination.context, at: Date())
         shared.metrics.verificationLatency(Date().timeIntervalSince(started))
         shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
+        if !presentation.resumed, let ct = verdict.certificateTransparency {
+            for entry in ct.entries { shared.metrics.sctFound(source: entry.sct.source.rawValue, counted: entry.counted) }
+        }
         guard verdict.allowsConnection else {
             if connection.sessionReused { shared.sessions.remove(sessionKey(for: destination)) }
             return refuse(verdict: verdict, alpn: connection.selectedProtocol)

@@ -142,8 +142,22 @@ extension ClientConnection {
         }
         if verdict != nil { fields.append((.alpn, alpn?.description ?? "-")) }
         if !detail.isEmpty { fields.append((.detail, detail)) }
+        if let verdict { fields += Self.ctFields(verdict) }
         let certificates = verdict.map { AccessLog.Certificates(presented: $0.presented, verified: $0.verifiedPath) }
         let level: Logger.Level = outcome == .allowed || outcome == .clientGone ? .info : .warning
         shared.log.emit(level, "connection", fields, certificates: certificates)
+    }
+
+    /// `ct` (compliant, ct-missing, not-applied or not-checked) and `scts` (each SCT: log,
+    /// operator, time, source, counted or why not), when the entry sets `ct`.
+    static func ctFields(_ verdict: Verdict) -> [(AccessLog.Field, String)] {
+        guard verdict.entry.policy.ct != .off else { return [] }
+        guard let judgement = verdict.certificateTransparency else { return [(.ct, "not-checked")] }
+        let answer = switch judgement.outcome {
+        case .compliant: "compliant"
+        case .notCompliant: RefusalReason.ctMissing.rawValue
+        case .notApplicable: "not-applied"
+        }
+        return [(.ct, answer), (.scts, judgement.entries.isEmpty ? "none" : judgement.entries.map(\.description).joined(separator: "; "))]
     }
 }

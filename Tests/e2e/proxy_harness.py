@@ -82,6 +82,7 @@ STATUS = {
             "custom-check",
             "hostname-mismatch",
             "pin-mismatch",
+            "ct-missing",
             "tls-version",
             "no-sni",
             "capture-loop",
@@ -97,7 +98,8 @@ STATUS = {
 # The `error` of each reason's `Proxy-Status` (RFC 9209 Proxy Error Types).
 PROXY_STATUS_ERROR = {
     **{r: "tls_certificate_error" for r in ("pin-mismatch", "untrusted-chain", "hostname-mismatch", "certificate-expired",
-                                            "certificate-not-yet-valid", "revoked", "revocation-unknown", "custom-check")},
+                                            "certificate-not-yet-valid", "revoked", "revocation-unknown", "custom-check",
+                                            "ct-missing")},
     **{r: "http_request_denied" for r in ("host-denied", "port-denied", "cleartext-denied", "client-denied")},
     "handshake-failed": "tls_protocol_error",
     "tls-version": "tls_protocol_error",
