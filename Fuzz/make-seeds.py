@@ -173,7 +173,24 @@ action = "deny"
     ]:
         seed("verdict", frame(*chain))
     http2_seeds()
+    ct_seeds()
     return 0
+
+
+def ct_seeds() -> None:
+    """ctloglist: log lists in the format of Chrome's log_list.json v3 (ct_pki writes them), and
+    a TLS-encoded SCT list."""
+    import datetime as dt
+
+    import ct_pki
+
+    logs = [ct_pki.Log("A one", "Operator A"), ct_pki.Log("A two", "Operator A"),
+            ct_pki.Log("B one", "Operator B", state="retired"), ct_pki.Log("C one", "Operator C", state="qualified")]
+    published = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
+    seed("ctloglist", ct_pki.log_list(logs, published).encode())
+    seed("ctloglist", ct_pki.log_list(logs[:1], published).encode())
+    leaf = pki.make_leaf("api.test", pki.make_root("pinproxy fuzz ct root"))
+    seed("ctloglist", ct_pki.tls_scts(leaf, [ct_pki.SCTSpec(logs[0]), ct_pki.SCTSpec(logs[2])]))
 
 
 def http2_seeds() -> None:
@@ -203,5 +220,6 @@ def http2_seeds() -> None:
 
 
 if __name__ == "__main__":
-    # `make-seeds.py http2` writes the http2 seeds alone (the others need fresh keys).
-    sys.exit(http2_seeds() if sys.argv[1:] == ["http2"] else main())
+    # `make-seeds.py http2` (or `ctloglist`) writes those seeds alone (the others need fresh keys).
+    only = {"http2": http2_seeds, "ctloglist": ct_seeds}
+    sys.exit(only[sys.argv[1]]() if sys.argv[1:2] and sys.argv[1] in only else main())

@@ -4,7 +4,7 @@ import Foundation
 /// one to run (scripts/fuzz sets it), and `PINPROXY_FUZZ_DATA` names the directory of fixed
 /// certificates and configs the targets load once (Fuzz/data).
 enum FuzzTarget: String, CaseIterable {
-    case connect, config, certificates, verdict, http2
+    case connect, config, certificates, verdict, http2, ctloglist
 
     static let selected: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["PINPROXY_FUZZ_TARGET"] ?? ""
@@ -31,6 +31,7 @@ enum FuzzTarget: String, CaseIterable {
         case .certificates: CertificatesTarget.run(input)
         case .verdict: VerdictTarget.run(input)
         case .http2: HTTP2Target.run(input)
+        case .ctloglist: CTLogListTarget.run(input)
         }
     }
 }
