@@ -208,6 +208,7 @@ public final class Daemon {
                 // Sessions admitted under a policy this reload changed are never resumed.
                 let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.fingerprint))
                 shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
+                shared.deliveredSCTs.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
                 shared.log.emit(.info, "reload", [(.outcome, "ok"), (.config, configPath), (.entries, String(config.policies.entries.count))])
                 for warning in config.warnings + environment {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])

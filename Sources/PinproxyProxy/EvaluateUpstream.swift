@@ -12,15 +12,13 @@ extension ClientConnection {
         shared.metrics.handshakeLatency(Date().timeIntervalSince(upstream.started))
         // Not read again until the relay starts: what it sends meanwhile waits in the kernel.
         connection.setReading(false)
-        let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple,
-                                                       tlsExtensionSCTs: destination.entry.policy.ct == .off ? [] : connection.tlsExtensionSCTs,
-                                                       resumed: connection.sessionReused)
+        let presentation = presentation(of: connection, for: destination)
         let started = Date()
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
                                               context: destination.context, at: Date())
         shared.metrics.verificationLatency(Date().timeIntervalSince(started))
         shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
-        if !presentation.resumed, let ct = verdict.certificateTransparency {
+        if !connection.sessionReused, let ct = verdict.certificateTransparency {
             for entry in ct.entries { shared.metrics.sctFound(source: entry.sct.source.rawValue, counted: entry.counted) }
         }
         guard verdict.allowsConnection else {
@@ -31,6 +29,24 @@ extension ClientConnection {
             return runCustomCheck(command, verdict: verdict, upstream: upstream, for: destination)
         }
         admit(verdict, upstream: upstream, for: destination)
+    }
+
+    /// What the server presented. Under `ct`, a resumed session's SCT extension and staple are
+    /// those its full handshake delivered (kept with the session's key): the CT judgement is
+    /// then the same whether or not the answer kept with the chain is still there.
+    private func presentation(of connection: IO.Endpoint, for destination: Destination) -> TrustEvaluator.Presentation {
+        let chain = connection.peerCertificateChain
+        guard destination.entry.policy.ct != .off else { return .init(chain: chain, ocspStaple: connection.ocspStaple) }
+        let key = sessionKey(for: destination)
+        guard connection.sessionReused else {
+            let delivered = DeliveredBesideChain(tlsExtensionSCTs: connection.tlsExtensionSCTs, ocspStaple: connection.ocspStaple)
+            shared.deliveredSCTs.store(delivered, for: key)
+            return .init(chain: chain, ocspStaple: delivered.ocspStaple, tlsExtensionSCTs: delivered.tlsExtensionSCTs)
+        }
+        guard let kept = shared.deliveredSCTs.value(for: key) else {
+            return .init(chain: chain, ocspStaple: connection.ocspStaple, resumed: true)
+        }
+        return .init(chain: chain, ocspStaple: connection.ocspStaple ?? kept.ocspStaple, tlsExtensionSCTs: kept.tlsExtensionSCTs)
     }
 
     /// The verdict admits the upstream: its session may be resumed, and the client's side goes

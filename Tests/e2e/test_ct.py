@@ -263,6 +263,12 @@ def test_daemon_enforces_embedded_scts(make_proxy, world, monkeypatch):
             assert line["scts"].count("counted") == 2, line
         _, line = expect_refusal(p, "short.test", short.port, "ct-missing")
         assert line["ct"] == "ct-missing" and "source=embedded counted" in line["scts"], line
+        # A reload reads the list again and forgets what was kept: without operator B's log,
+        # the same server no longer complies.
+        (w.dir / "ct-log-list.json").write_text(ct.log_list([w.a1, w.a2, w.c1]))
+        p.reload()
+        _, line = expect_refusal(p, "good.test", good.port, "ct-missing")
+        assert "not counted: unknown log" in line["scts"], line
     finally:
         good.close()
         short.close()
@@ -289,10 +295,16 @@ def test_daemon_counts_scts_of_the_tls_extension(make_proxy, world, monkeypatch,
         poll(lambda: port_accepts(port), what="openssl s_server")
         p = make_proxy(proxy={"allow_ports": [port], "ct_log_list": str(w.dir / "ct-log-list.json")},
                        resolve={"tls.test": "127.0.0.1"}, default={"trust": "system", "ct": "enforce"})
-        with Tunnel(p, "tls.test", port) as t:
-            line = p.connection_log(t.client_port)
-        assert line["ct"] == "compliant", line
-        assert line["scts"].count("source=tls-extension counted") == 2, line
+        # The second connection resumes the upstream session (no SCT extension comes again) in a
+        # new config generation (nothing kept with the chain): the SCTs its full handshake
+        # delivered still count.
+        for again in (False, True):
+            if again:
+                p.reload()
+            with Tunnel(p, "tls.test", port) as t:
+                line = p.connection_log(t.client_port)
+            assert line["ct"] == "compliant", line
+            assert line["scts"].count("source=tls-extension counted") == 2, line
     finally:
         server.kill()
         server.wait()
