@@ -308,3 +308,18 @@ def test_daemon_counts_scts_of_the_tls_extension(make_proxy, world, monkeypatch,
     finally:
         server.kill()
         server.wait()
+
+
+def test_diagnose_prints_each_sct_and_the_ct_check(pinproxy, world):
+    w = world
+    good = originlib.TLSOrigin(w.leaf("diag.test", ct.SCTSpec(w.a1), ct.SCTSpec(w.b1, corrupt=True), ct.SCTSpec(w.c1)),
+                               w.dir / "diag.test.key", name="ct-diag")
+    try:
+        cfg = w.config(proxy=f'ct_log_list = "{w.dir / "ct-log-list.json"}"\nallow_ports = [{good.port}]')
+        res = run(pinproxy, w, "diagnose", f"diag.test:{good.port}", "--connect-to", "127.0.0.1", "--config", cfg)
+    finally:
+        good.close()
+    assert res.code == 0, res
+    assert re.search(r"^  ct\s+pass\s+compliant: 2 embedded SCTs from 2 operators", res.out, re.M), res
+    assert re.search(r'^    sct: log="B one" .* source=embedded not counted: bad signature$', res.out, re.M), res
+    assert 'ct = "enforce"' in res.out[res.out.index('[hosts."diag.test"]'):], res
