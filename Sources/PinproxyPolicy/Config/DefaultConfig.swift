@@ -206,5 +206,6 @@ trust = "system"
 # [clients."exe:/usr/bin/git"]
 # allow = ["git.example.com"]
 # enforce = false                 # report-only while rolling out
+
 """#
 }
