@@ -174,6 +174,7 @@ action = "deny"
         seed("verdict", frame(*chain))
     http2_seeds()
     cgroups_seeds()
+    ct_seeds()
     return 0
 
 
@@ -190,6 +191,22 @@ def cgroups_seeds() -> None:
     seed("cgroups", b"\0".join([b"/system.slice/ci.service/\xff\xfe/\n/ /-/.hidden/..../a.service",
                                b"/system.slice/\xff.slice/a.service", b"/system.slice/@.service", b"/system.slice/a b.service",
                                b"/system.slice/" + b"n" * 247 + b".service/x"]))
+
+
+def ct_seeds() -> None:
+    """ctloglist: log lists in the format of Chrome's log_list.json v3 (ct_pki writes them), and
+    a TLS-encoded SCT list."""
+    import datetime as dt
+
+    import ct_pki
+
+    logs = [ct_pki.Log("A one", "Operator A"), ct_pki.Log("A two", "Operator A"),
+            ct_pki.Log("B one", "Operator B", state="retired"), ct_pki.Log("C one", "Operator C", state="qualified")]
+    published = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
+    seed("ctloglist", ct_pki.log_list(logs, published).encode())
+    seed("ctloglist", ct_pki.log_list(logs[:1], published).encode())
+    leaf = pki.make_leaf("api.test", pki.make_root("pinproxy fuzz ct root"))
+    seed("ctloglist", ct_pki.tls_scts(leaf, [ct_pki.SCTSpec(logs[0]), ct_pki.SCTSpec(logs[2])]))
 
 
 def http2_seeds() -> None:
@@ -219,6 +236,6 @@ def http2_seeds() -> None:
 
 
 if __name__ == "__main__":
-    # `make-seeds.py http2` (or `cgroups`) writes those seeds alone (the others need fresh keys).
-    only = {"http2": http2_seeds, "cgroups": cgroups_seeds}.get(sys.argv[1] if sys.argv[1:] else "")
+    # `make-seeds.py http2` (or `cgroups`, `ctloglist`) writes those seeds alone (the others need fresh keys).
+    only = {"http2": http2_seeds, "cgroups": cgroups_seeds, "ctloglist": ct_seeds}.get(sys.argv[1] if sys.argv[1:] else "")
     sys.exit(only() if only else main())

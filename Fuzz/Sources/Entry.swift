@@ -4,7 +4,7 @@ import Foundation
 /// one to run (scripts/fuzz sets it), and `PINPROXY_FUZZ_DATA` names the directory of fixed
 /// certificates and configs the targets load once (Fuzz/data).
 enum FuzzTarget: String, CaseIterable {
-    case connect, config, certificates, verdict, http2, cgroups
+    case connect, config, certificates, verdict, http2, cgroups, ctloglist
 
     static let selected: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["PINPROXY_FUZZ_TARGET"] ?? ""
@@ -32,6 +32,7 @@ enum FuzzTarget: String, CaseIterable {
         case .verdict: VerdictTarget.run(input)
         case .http2: HTTP2Target.run(input)
         case .cgroups: CgroupsTarget.run(input)
+        case .ctloglist: CTLogListTarget.run(input)
         }
     }
 }

@@ -8,5 +8,6 @@
 #include <openssl/pem.h>
 #include <openssl/bio.h>
 #include <openssl/ocsp.h>
+#include <openssl/ct.h>
 #include <openssl/rand.h>
 #include <openssl/bn.h>

@@ -60,6 +60,8 @@ public enum FileKind: Sendable, Equatable {
     case staple
     /// A status file of the kernel's (`/proc/self/stat`, `/proc/stat`): 1 MiB.
     case processStatus
+    /// A Certificate Transparency log list: 4 MiB (Chrome's is about 40 KiB).
+    case ctLogList
 
     /// The most pinproxy reads of one such file, in bytes.
     public var readLimit: Int {
@@ -68,6 +70,7 @@ public enum FileKind: Sendable, Equatable {
         case .crls: return 256 << 20
         case .certificates, .staple: return 16 << 20
         case .processStatus: return 1 << 20
+        case .ctLogList: return 4 << 20
         }
     }
 
@@ -79,6 +82,7 @@ public enum FileKind: Sendable, Equatable {
         case .certificates: return "certificate and key files"
         case .staple: return "OCSP staple files"
         case .processStatus: return "process status files"
+        case .ctLogList: return "CT log lists"
         }
     }
 }

@@ -43,6 +43,8 @@ public final class BlockingTLSConnection {
     public let chain: [Certificate]
     /// The stapled OCSP response (DER), when one was requested and sent.
     public let ocspStaple: [UInt8]?
+    /// The SCTs of the TLS extension, when they were requested (`requestSCTs`) and sent.
+    public let tlsExtensionSCTs: [[UInt8]]
 
     /// Connects to `host` (a name to resolve, or an address literal) on `port`, sends SNI =
     /// `serverName` when given, offers only `version` (every version from 1.2 up when nil) and
@@ -51,7 +53,7 @@ public final class BlockingTLSConnection {
     /// Throws `TimedOut` or `OpenSSLError` when no connection was made, and `HandshakeFailure`
     /// when the handshake did not complete.
     public init(host: String, port: UInt16, serverName: String?, version: Version? = nil, alpn: [String] = [],
-                requestStaple: Bool = false, deadline: Deadline) throws {
+                requestStaple: Bool = false, requestSCTs: Bool = false, deadline: Deadline) throws {
         guard let context = SSL_CTX_new(TLS_client_method()) else { throw OpenSSLError.drain("SSL_CTX_new") }
         SSL_CTX_set_verify(context, SSL_VERIFY_NONE, nil)
         // A write that must wait is retried from wherever the buffer is then.
@@ -85,6 +87,7 @@ public final class BlockingTLSConnection {
         let peer = Self.peer(host, port)
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         if requestStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
+        if requestSCTs { _ = pp_SSL_request_scts(ssl) }
         SSL_set_fd(ssl, socket)
         let handshake = Self.step(ssl, socket: socket, deadline: deadline) { SSL_connect(ssl) }
         guard let handshake, handshake.result == 1 else {
@@ -115,6 +118,7 @@ public final class BlockingTLSConnection {
         var staple: UnsafePointer<UInt8>?
         let stapleLength = requestStaple ? pp_SSL_get_tlsext_status_ocsp_resp(ssl, &staple) : -1
         ocspStaple = staple.flatMap { stapleLength > 0 ? Array(UnsafeBufferPointer(start: $0, count: stapleLength)) : nil }
+        tlsExtensionSCTs = requestSCTs ? SignedCertificateTimestamps.tlsExtension(of: ssl) : []
     }
 
     deinit {

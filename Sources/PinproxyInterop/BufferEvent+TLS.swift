@@ -14,14 +14,14 @@ extension BufferEvent {
     /// Renegotiation is refused (the context sets SSL_OP_NO_RENEGOTIATION); a server that asks
     /// for it sets `renegotiationAttempted` and calls `onRenegotiationAttempt`.
     public static func connectTLS(loop: EventLoop, socket: Int32, context: TLSClientContext, serverName: String?,
-                                  minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+                                  minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, requestSCTs: Bool = false, alpn: ALPNOffer,
                                   clientIdentity: TLSClientIdentity? = nil,
                                   sessions: TLSSessionCache? = nil, sessionKey: String? = nil) throws -> BufferEvent {
         let slot = sessions.flatMap { cache in sessionKey.map { SessionSlot(cache: cache, key: $0) } }
         let ssl: OpaquePointer
         do {
             ssl = try context.makeSSL(serverName: serverName, minimumVersion: minimumVersion, requestOCSPStaple: requestOCSPStaple,
-                                      alpn: alpn, resumption: slot)
+                                      requestSCTs: requestSCTs, alpn: alpn, resumption: slot)
         } catch {
             closeSocket(socket)
             throw error
@@ -122,6 +122,13 @@ extension BufferEvent {
         let length = pp_SSL_get_tlsext_status_ocsp_resp(ssl, &bytes)
         guard length > 0, let bytes else { return nil }
         return Array(UnsafeBufferPointer(start: bytes, count: length))
+    }
+
+    /// The SCTs the server sent in the TLS extension (asked for with `requestSCTs`); none on a
+    /// resumed session.
+    public var tlsExtensionSCTs: [[UInt8]] {
+        guard let ssl else { return [] }
+        return SignedCertificateTimestamps.tlsExtension(of: ssl)
     }
 
     /// Whether the upstream handshake resumed a cached session (no certificate was re-sent; the

@@ -49,7 +49,7 @@ public final class TLSClientContext: @unchecked Sendable {
     /// A new SSL for one upstream connection, offering `alpn`. It holds no client certificate:
     /// one is installed only when the server asks for it and has been judged
     /// (`ClientCertificateGate`).
-    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+    func makeSSL(serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, requestSCTs: Bool, alpn: ALPNOffer,
                  resumption: SessionSlot?) throws -> OpaquePointer {
         guard let ssl = SSL_new(handle) else { throw OpenSSLError.drain("SSL_new") }
         let wire = alpn.wire
@@ -60,6 +60,8 @@ public final class TLSClientContext: @unchecked Sendable {
         _ = pp_SSL_set_min_proto_version(ssl, minimumVersion.openSSLValue)
         if let serverName { _ = pp_SSL_set_tlsext_host_name(ssl, serverName) }
         if requestOCSPStaple { _ = pp_SSL_set_tlsext_status_type_ocsp(ssl) }
+        // The SCT extension, and status_request (OpenSSL adds it with CT): SCTs come in both.
+        if requestSCTs { _ = pp_SSL_request_scts(ssl) }
         if let resumption {
             // The connection resumes from its own copy: OpenSSL marks the session a connection
             // resumed from as not resumable when a new ticket arrives (and writes to it during

@@ -17,6 +17,8 @@ public struct AccessLog: Sendable {
         case upstream
         case reopenOutcome = "reopen_outcome", reopenReason = "reopen_reason"
         case alpn, detail
+        /// The CT check's answer, and every SCT found: on decisions where the entry sets `ct`.
+        case ct, scts
         case chain, presentedChain = "presented_chain", verifiedChain = "verified_chain", verifiedPins = "verified_pins"
         /// `connect` or `transparent`: on decision and tunnel lines.
         case listener
@@ -30,7 +32,7 @@ public struct AccessLog: Sendable {
             case .port, .status, .bytesUp, .bytesDown, .entries, .clientUID: return .integer
             case .duration: return .number
             case .time, .level, .event, .client, .clientUser, .clientUnit, .clientExe, .host, .upstream, .entry, .outcome, .reason, .reopenOutcome,
-                 .reopenReason, .alpn, .detail, .chain, .presentedChain, .verifiedChain, .verifiedPins, .listener, .address, .config, .error,
+                 .reopenReason, .alpn, .detail, .ct, .scts, .chain, .presentedChain, .verifiedChain, .verifiedPins, .listener, .address, .config, .error,
                  .warning:
                 return .string
             }

@@ -37,8 +37,9 @@ protocol ConnectionIO {
     /// A plain connection on a connected socket, which it owns from then on (closed when this throws).
     func plain(socket: Int32) throws -> Endpoint
     /// Starts the upstream TLS handshake on a connected socket, which the endpoint owns from
-    /// then on; `sessionKey` offers and later caches a session under that key.
-    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+    /// then on; `sessionKey` offers and later caches a session under that key. `requestSCTs`
+    /// asks for SCTs in the TLS extension and a staple.
+    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, requestSCTs: Bool, alpn: ALPNOffer,
                     clientIdentity: TLSClientIdentity?, sessionKey: String?) throws -> Endpoint
     /// Starts the client's TLS handshake on `client` with a leaf minted for `host`; the returned
     /// endpoint replaces `client`.
@@ -91,6 +92,7 @@ protocol ConnectionEndpoint: AnyObject {
     var requestedServerName: String? { get }
     var peerCertificateChain: [Certificate] { get }
     var ocspStaple: [UInt8]? { get }
+    var tlsExtensionSCTs: [[UInt8]] { get }
     var sessionReused: Bool { get }
     var clientCertificateRequested: Bool { get }
     func takeTLSErrors() -> TLSFailure

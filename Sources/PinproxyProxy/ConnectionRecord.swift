@@ -90,6 +90,19 @@ struct ConnectionRecord {
         return fields
     }
 
+    /// `ct` (compliant, ct-missing, not-applied or not-checked) and `scts` (each SCT: log,
+    /// operator, time, source, counted or why not), when the entry sets `ct`.
+    static func ctFields(_ verdict: Verdict) -> [(AccessLog.Field, String)] {
+        guard verdict.entry.policy.ct != .off else { return [] }
+        guard let judgement = verdict.certificateTransparency else { return [(.ct, "not-checked")] }
+        let answer = switch judgement.outcome {
+        case .compliant: "compliant"
+        case .notCompliant: RefusalReason.ctMissing.rawValue
+        case .notApplicable: "not-applied"
+        }
+        return [(.ct, answer), (.scts, judgement.entries.isEmpty ? "none" : judgement.entries.map(\.description).joined(separator: "; "))]
+    }
+
     /// The line this record makes: level, fields and certificates. The decision line
     /// (`connection`): a decision on an upstream's chain says which protocol that upstream
     /// negotiated (`alpn`, `-` for none); a reopened upstream's outcome, when it differs from
@@ -118,6 +131,7 @@ struct ConnectionRecord {
             }
             if decision.verdict != nil { fields.append((.alpn, decision.alpn?.description ?? "-")) }
             if !decision.detail.isEmpty { fields.append((.detail, decision.detail)) }
+            if let verdict = decision.verdict { fields += Self.ctFields(verdict) }
             let certificates = decision.verdict.map { AccessLog.Certificates(presented: $0.presented, verified: $0.verifiedPath) }
             let level: Logger.Level = decision.outcome == .allowed || decision.outcome == .clientGone ? .info : .warning
             return (level, fields, certificates)

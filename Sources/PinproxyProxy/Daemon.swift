@@ -80,6 +80,7 @@ public final class Daemon {
             log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
         }
         metrics.policyInForce(config.policies)
+        metrics.ctLogListInForce(published: config.verdictContext.ctLogs?.list.published)
         if let metricsListen = config.proxy.metricsListen {
             let routes = metrics.adminRoutes(healthy: { [shared, workers] in
                 !shared.draining.load(ordering: .relaxed) && workers.allSatisfy { $0.isAlive(within: Self.stuckAfter) }
@@ -204,9 +205,11 @@ public final class Daemon {
                 shared.policy.replace(with: config)
                 shared.metrics.reload(ok: true)
                 shared.metrics.policyInForce(config.policies)
+                shared.metrics.ctLogListInForce(published: config.verdictContext.ctLogs?.list.published)
                 // Sessions admitted under a policy this reload changed are never resumed.
                 let fingerprints = Set(([config.policies.defaultEntry] + config.policies.entries).map(\.fingerprint))
                 shared.sessions.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
+                shared.deliveredSCTs.retain { key in fingerprints.contains(String(key.prefix { $0 != "|" })) }
                 shared.log.emit(.info, "reload", [(.outcome, "ok"), (.config, configPath), (.entries, String(config.policies.entries.count))])
                 for warning in config.warnings + environment {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])

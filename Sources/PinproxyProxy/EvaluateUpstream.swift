@@ -32,12 +32,15 @@ extension ClientConnection {
     func judge(_ upstream: Upstream, for destination: Destination) -> Verdict {
         if let judged = upstream.judged { return judged }
         let connection = upstream.connection
-        let presentation = TrustEvaluator.Presentation(chain: connection.peerCertificateChain, ocspStaple: connection.ocspStaple)
+        let presentation = presentation(of: connection, for: destination)
         let started = io.now
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
                                               context: destination.context, at: io.wallClock)
         shared.metrics.verificationLatency(io.now - started)
         shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
+        if !connection.sessionReused, let ct = verdict.certificateTransparency {
+            for entry in ct.entries { shared.metrics.sctFound(source: entry.sct.source.rawValue, counted: entry.counted) }
+        }
         return verdict
     }
 
@@ -60,6 +63,24 @@ extension ClientConnection {
     /// What a decision line says of a client certificate the server asked for and did not get.
     func clientCertificateNote(_ upstream: Upstream) -> String? {
         upstream.withheldClientCertificate ? "client certificate withheld: the server asked for it and did not pass the verdict" : nil
+    }
+
+    /// What the server presented. Under `ct`, a resumed session's SCT extension and staple are
+    /// those its full handshake delivered (kept with the session's key): the CT judgement is
+    /// then the same whether or not the answer kept with the chain is still there.
+    private func presentation(of connection: IO.Endpoint, for destination: Destination) -> TrustEvaluator.Presentation {
+        let chain = connection.peerCertificateChain
+        guard destination.entry.policy.ct != .off else { return .init(chain: chain, ocspStaple: connection.ocspStaple) }
+        let key = sessionKey(for: destination)
+        guard connection.sessionReused else {
+            let delivered = DeliveredBesideChain(tlsExtensionSCTs: connection.tlsExtensionSCTs, ocspStaple: connection.ocspStaple)
+            shared.deliveredSCTs.store(delivered, for: key)
+            return .init(chain: chain, ocspStaple: delivered.ocspStaple, tlsExtensionSCTs: delivered.tlsExtensionSCTs)
+        }
+        guard let kept = shared.deliveredSCTs.value(for: key) else {
+            return .init(chain: chain, ocspStaple: connection.ocspStaple, resumed: true)
+        }
+        return .init(chain: chain, ocspStaple: connection.ocspStaple ?? kept.ocspStaple, tlsExtensionSCTs: kept.tlsExtensionSCTs)
     }
 
     /// The verdict admits the upstream: its session may be resumed, and the client's side goes

@@ -36,10 +36,10 @@ struct LoopIO: ConnectionIO {
         try BufferEvent(loop: loop, socket: socket)
     }
 
-    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, requestSCTs: Bool, alpn: ALPNOffer,
                     clientIdentity: TLSClientIdentity?, sessionKey: String?) throws -> BufferEvent {
         try BufferEvent.connectTLS(loop: loop, socket: socket, context: shared.upstreamTLS, serverName: serverName, minimumVersion: minimumVersion,
-                                   requestOCSPStaple: requestOCSPStaple, alpn: alpn, clientIdentity: clientIdentity,
+                                   requestOCSPStaple: requestOCSPStaple, requestSCTs: requestSCTs, alpn: alpn, clientIdentity: clientIdentity,
                                    sessions: sessionKey == nil ? nil : shared.sessions, sessionKey: sessionKey)
     }
 

@@ -193,6 +193,8 @@ extension RefusalResponse {
             return "the server's certificate is outside its validity period (or this machine's clock is wrong): the server must renew it."
         case .revoked, .revocationUnknown:
             return "the server's certificate is revoked, or its revocation status is unknown: see revocation and crls in \(entry) of \(config)."
+        case .ctMissing:
+            return "the certificate chains to a root of the system store but lacks enough Signed Certificate Timestamps from the logs of ct_log_list in [proxy] of \(config): either it was never made public in Certificate Transparency logs, or the log list is missing its logs (replace it with a current one); ct in \(entry) sets the check; \(apply)"
         case .tlsVersion:
             return "the server does not offer the entry's min_tls: see min_tls in \(entry) of \(config)."
         case .hostDenied:

@@ -6,7 +6,8 @@ import PinproxyPolicy
 extension ClientConnection {
     /// Upstream TLS: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP
     /// literals), ALPN `offer` (h2, http/1.1; the client's own offer for a transparent client or
-    /// when reopened for it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, and
+    /// when reopened for it), the entry's minimum version, a staple request under `revocation = "ocsp-staple"`, the
+    /// SCT extension and a staple request under `ct` other than `"off"`, and
     /// the entry's `client_certificate` for a server that asks for one and passes the verdict
     /// (`serverAskedForClientCertificate`). Renegotiation is refused (see `upstreamRenegotiationAttempted`).
     func startUpstreamTLS(socket: Int32, address: SocketAddress, for destination: Destination, own: OwnUpstreams.Registration?) {
@@ -24,9 +25,11 @@ extension ClientConnection {
         let connection: IO.Endpoint
         do {
             let requestStaple: Bool = if case .ocspStaple = entry.policy.revocation { true } else { false }
+            // SCTs come with the certificate, in the TLS extension or in a staple. A resumed
+            // session brings none again: its CT judgement is the one kept with the chain.
             connection = try io.connectTLS(socket: socket, serverName: destination.host.serverName,
                                            minimumVersion: entry.policy.minTLS == .v1_3 ? .tls13 : .tls12,
-                                           requestOCSPStaple: requestStaple, alpn: offer, clientIdentity: entry.policy.clientIdentity,
+                                           requestOCSPStaple: requestStaple, requestSCTs: entry.policy.ct != .off, alpn: offer, clientIdentity: entry.policy.clientIdentity,
                                            sessionKey: requestStaple ? nil : sessionKey(for: destination))
         } catch {
             return refuse(.handshakeFailed, "cannot start TLS: \(error)")

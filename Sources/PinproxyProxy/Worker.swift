@@ -19,6 +19,10 @@ final class SharedState: Sendable {
     let recorder: ConnectionRecorder
     /// Upstream sessions for resumption, keyed by `ClientConnection.sessionKey`.
     let sessions = TLSSessionCache()
+    /// What the full handshake of each cached session delivered beside the chain for `ct`
+    /// (the SCT extension and the staple), keyed like `sessions`: a resumed session delivers
+    /// neither again, and its CT judgement needs them.
+    let deliveredSCTs = BoundedCache<DeliveredBesideChain>()
     let openConnections = Atomic<Int>(0)
     let openTunnels = Atomic<Int>(0)
     /// Set at SIGTERM: /healthz then reports 503.
@@ -242,4 +246,10 @@ final class Worker: @unchecked Sendable {
             loop.stop()
         }
     }
+}
+
+/// The SCTs of the TLS extension and the staple one full upstream handshake delivered.
+struct DeliveredBesideChain: Sendable {
+    let tlsExtensionSCTs: [[UInt8]]
+    let ocspStaple: [UInt8]?
 }

@@ -29,6 +29,10 @@ extension ProxyMetrics.Family {
     static let mintedLeaves = Self(name: "pinproxy_minted_leaves_total", type: "counter", help: "Leaf certificates the local CA minted for clients (each with a new key).")
     static let clientLookups = Self(name: "pinproxy_client_lookups_total", type: "counter", help: "Sockets of local clients looked up ([clients]): found, or unknown (gone, not established, not held by a process).")
     static let buildInfo = Self(name: "pinproxy_build_info", type: "gauge", help: "Always 1: the version and commit pinproxy was built from.")
+    static let ctLogListAge = Self(name: "pinproxy_ct_log_list_age_seconds", type: "gauge",
+                                   help: "Seconds since the CT log list in force was published (its log_list_timestamp); over 70 days, CT is reported only.")
+    static let ctSCTs = Self(name: "pinproxy_ct_scts_total", type: "counter",
+                             help: "SCTs found on new upstream connections by source and whether they counted (ct).")
     static let reports = Self(name: "pinproxy_reports_total", type: "counter", help: "Pin-failure reports by result (report_to).")
 
     /// `# HELP` and `# TYPE` lines.

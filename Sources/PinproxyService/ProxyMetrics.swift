@@ -39,6 +39,9 @@ public final class ProxyMetrics: Sendable {
     private let lastReloadSuccessful: Gauge
     private let lastReloadSuccessTime: Gauge
     private let pinExpiryGauges = Locked<[String: PinExpiryGauges]>([:])
+    /// When the CT log list in force was published; nil without one.
+    private let ctLogListPublished = Locked<Date?>(nil)
+    private let ctSCTCounters = Locked<[String: Counter]>([:])
     private let upstreamExpiry = Locked<UpstreamExpiry>(UpstreamExpiry())
     /// Counters resolved once, so a connection costs an increment, not a registry look-up
     /// (which builds the label set and takes the registry's lock).
@@ -88,7 +91,7 @@ public final class ProxyMetrics: Sendable {
     public static let families: [Family] = [
         Family.connections, .refusals, .reopenVerdictChanges, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
         .lastReloadSuccessful, .lastReloadSuccessTime, .pinExpiryTimestamp, .pinExpiryDays, .upstreamCertificateExpiry,
-        .buildInfo, .reports, .mintedLeaves, .clientLookups,
+        .buildInfo, .reports, .mintedLeaves, .clientLookups, .ctLogListAge, .ctSCTs,
     ] + ProcessFamily.allCases.map(\.family)
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
@@ -304,6 +307,26 @@ public final class ProxyMetrics: Sendable {
         return entry.pattern?.description == label && namesOneHost(entry) ? entry : nil
     }
 
+    // MARK: Certificate Transparency
+
+    /// The CT log list in force was published at `published` (nil: no list): its age is
+    /// exported at each scrape.
+    public func ctLogListInForce(published: Date?) {
+        ctLogListPublished.withLock { $0 = published }
+    }
+
+    /// One SCT found on a new upstream connection, from `source`, `counted` or not.
+    public func sctFound(source: String, counted: Bool) {
+        let key = source + (counted ? "|yes" : "|no")
+        let counter = ctSCTCounters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = registry.makeCounter(descriptor: Family.ctSCTs.descriptor, labels: [("source", source), ("counted", counted ? "yes" : "no")])
+            counters[key] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
     // MARK: Exposition
 
     /// The Prometheus text exposition of every series, the `process_*` metrics read now, and
@@ -314,6 +337,9 @@ public final class ProxyMetrics: Sendable {
             for family in ProcessFamily.allCases {
                 text += family.family.header + "\(family.name) \(family.value(in: stats))\n"
             }
+        }
+        if let published = ctLogListPublished.withLock({ $0 }) {
+            text += Family.ctLogListAge.header + "\(Family.ctLogListAge.name) \(Date().timeIntervalSince(published).rounded(.down))\n"
         }
         var present = Set<Substring>()
         for line in text.split(separator: "\n") where line.hasPrefix("# TYPE ") {

@@ -53,11 +53,14 @@ struct DiagnoseCommand: ParsableCommand {
                           _ read: (BlockingTLSConnection) -> Value) -> Result<Value, Error> {
             guard deadline.remaining > 0 else { return .failure(NotTried(seconds: timeout)) }
             return Result { read(try BlockingTLSConnection(host: address, port: connectPort, serverName: serverName, version: version,
-                                                    alpn: alpn, requestStaple: staple, deadline: deadline)) }
+                                                    alpn: alpn, requestStaple: staple, requestSCTs: staple && entry.policy.ct != .off,
+                                                    deadline: deadline)) }
         }
         // The probe whose chain is judged goes first, then ALPN, then each version alone: a
         // server that stalls or drops some probes still leaves the most to say.
-        let main = probe(minimum, alpn: ["h2", "http/1.1"], staple: true) { (chain: $0.chain, version: $0.version, staple: $0.ocspStaple) }
+        let main = probe(minimum, alpn: ["h2", "http/1.1"], staple: true) {
+            (chain: $0.chain, version: $0.version, staple: $0.ocspStaple, scts: $0.tlsExtensionSCTs)
+        }
         let alpnProbes = ["h2", "http/1.1"].map { name in (name, probe(nil, alpn: [name]) { $0.alpn }) }
         let versionProbes = BlockingTLSConnection.Version.allCases.map { version in
             (version, probe(version) { (cipher: $0.cipher, forwardSecrecy: $0.forwardSecrecy) })
@@ -90,7 +93,7 @@ struct DiagnoseCommand: ParsableCommand {
         }
         print("ALPN: " + alpnLines.joined(separator: ", ") + (alpnLines.allSatisfy { $0.hasSuffix("not accepted") } ? " (the server selects no protocol)" : ""))
 
-        let handshake: (chain: [Certificate], version: String, staple: [UInt8]?)
+        let handshake: (chain: [Certificate], version: String, staple: [UInt8]?, scts: [[UInt8]])
         switch main {
         case .success(let value): handshake = value
         case .failure(let error):
@@ -105,7 +108,7 @@ struct DiagnoseCommand: ParsableCommand {
             throw ExitCode(1)
         }
         print("OCSP staple: " + (handshake.staple.map { "sent (\($0.count) bytes)" } ?? "not sent"))
-        let verdict = TrustEvaluator.evaluate(.init(chain: handshake.chain, ocspStaple: handshake.staple),
+        let verdict = TrustEvaluator.evaluate(.init(chain: handshake.chain, ocspStaple: handshake.staple, tlsExtensionSCTs: handshake.scts),
                                               host: host, port: port, entry: entry, context: loaded.verdictContext, at: Date())
         print("")
         printChain(handshake.chain, verdict: verdict)
@@ -219,6 +222,12 @@ struct DiagnoseCommand: ParsableCommand {
             } else {
                 line("revocation", failures(.revocation) == nil ? "pass" : "FAIL", failures(.revocation) ?? policy.revocation.name)
             }
+            if policy.ct != .off {
+                let ct = VerdictReport.ctLines(verdict)
+                line("ct", failures(.certificateTransparency) == nil ? (verdict.certificateTransparency == nil ? "not checked" : "pass") : "FAIL",
+                     failures(.certificateTransparency) ?? String(ct[0].dropFirst("certificate transparency: ".count)))
+                for sct in ct.dropFirst() { print("  \(sct)") }
+            }
             line("min_tls", "pass", "\(policy.minTLS.rawValue): negotiated \(negotiated)")
         }
         print("verdict: \(verdict.summary)")
@@ -227,7 +236,7 @@ struct DiagnoseCommand: ParsableCommand {
     /// The line of `printChecks` a check shows on. A web-PKI rule shows with what it protects:
     /// the names the host check relies on, or the chain.
     enum Line: Hashable {
-        case request, trust, hostName, pins, revocation, customCheck
+        case request, trust, hostName, pins, revocation, certificateTransparency, customCheck
 
         init(_ result: CheckResult) {
             switch result.check {
@@ -237,6 +246,7 @@ struct DiagnoseCommand: ParsableCommand {
             case .hostName: self = .hostName
             case .pins: self = .pins
             case .revocation: self = .revocation
+            case .certificateTransparency: self = .certificateTransparency
             case .customCheck: self = .customCheck
             }
         }

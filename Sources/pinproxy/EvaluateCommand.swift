@@ -31,6 +31,9 @@ struct EvaluateCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("A DER OCSP response standing in for the server's staple.", valueName: "FILE"))
     var staple: String?
 
+    @Option(name: .long, help: ArgumentHelp("A file of SCTs standing in for the server's TLS extension (a SignedCertificateTimestampList, RFC 6962, as its bytes).", valueName: "FILE"))
+    var tlsScts: String?
+
     @Option(name: .long, parsing: .singleValue,
             help: ArgumentHelp("The client, as [clients] selectors name it: uid:N, user:NAME, exe:/path, unit:NAME.service (with a uid: or user:), unknown or remote; repeat to combine.", valueName: "SELECTOR"))
     var client: [String] = []
@@ -65,8 +68,22 @@ struct EvaluateCommand: ParsableCommand {
             }
         }
 
+        var tlsExtensionSCTs: [[UInt8]] = []
+        if let tlsScts {
+            let bytes: [UInt8]
+            do {
+                bytes = try FilePathBytes.commandLineArgument(tlsScts).read(.staple)
+            } catch {
+                throw ValidationError("--tls-scts \(tlsScts): the file \(error)")
+            }
+            guard let list = SignedCertificateTimestamps.list(tlsEncoded: bytes) else {
+                throw ValidationError("--tls-scts \(tlsScts): not a SignedCertificateTimestampList")
+            }
+            tlsExtensionSCTs = list
+        }
+
         let entry = loaded.policies.lookup(target)
-        var verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes),
+        var verdict = TrustEvaluator.evaluate(.init(chain: certificates, ocspStaple: stapleBytes, tlsExtensionSCTs: tlsExtensionSCTs),
                                               host: target, port: UInt16(port), entry: entry, context: loaded.verdictContext, at: time)
         if TrustEvaluator.needsCustomCheck(verdict), let command = entry.policy.verifyCommand {
             // As the daemon does: the verified chain on stdin, after the built-in checks passed,
@@ -187,6 +204,7 @@ struct VerdictReport {
             lines.append("pins: none of \(verdict.entry.policy.pins.count) matched: " + verdict.entry.policy.pins.map(\.description).joined(separator: ", "))
         case .notReached: lines.append("pins: not checked")
         }
+        lines += Self.ctLines(verdict)
         if verdict.failures.isEmpty {
             lines.append("failures: none")
         } else {
@@ -195,5 +213,17 @@ struct VerdictReport {
         }
         lines += verdict.notes.map { "note: \($0)" }
         return lines.joined(separator: "\n")
+    }
+
+    /// The CT check's answer and every SCT found, counted or why not (nothing when `ct` is off).
+    static func ctLines(_ verdict: Verdict) -> [String] {
+        guard verdict.entry.policy.ct != .off else { return [] }
+        guard let judgement = verdict.certificateTransparency else { return ["certificate transparency: not checked"] }
+        let answer = switch judgement.outcome {
+        case .notApplicable(let why): "not applied: \(why)"
+        case .compliant(let how): "compliant: \(how)"
+        case .notCompliant(let why): "NOT compliant: \(why)"
+        }
+        return ["certificate transparency: \(answer)"] + (judgement.entries.isEmpty ? ["  no SCT found"] : judgement.entries.map { "  sct: \($0)" })
     }
 }

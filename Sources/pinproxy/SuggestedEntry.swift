@@ -3,7 +3,7 @@ import PinproxyInterop
 import PinproxyPolicy
 
 /// The block `diagnose` suggests for HOST: the entry that applied to it, complete (its trust,
-/// host check, ports, TLS floor, revocation, custom check, report-only), pinned to the keys of
+/// host check, ports, TLS floor, revocation, CT, custom check, report-only), pinned to the keys of
 /// the chain the server just sent. Pasted in place of that entry (or as a new one), it passes
 /// `check` and allows that server.
 struct SuggestedEntry {
@@ -27,6 +27,7 @@ struct SuggestedEntry {
         if policy.minTLS != .v1_2 { after.append("min_tls = \(Self.quoted(policy.minTLS.rawValue))") }
         if case .off = policy.revocation {} else { after.append("revocation = \(Self.quoted(policy.revocation.name))") }
         if let crls = entry.written.crls { after.append("crls = \(Self.list(crls))") }
+        if policy.ct != .off { after.append("ct = \(Self.quoted(policy.ct.rawValue))") }
         if !policy.requireWebPKIProfile { after.append("require_web_pki_profile = false") }
         if let command = policy.verifyCommand { after.append("verify_command = \(Self.list(command))") }
         if policy.includeSubdomains, entry.pattern?.description == host.description { after.append("include_subdomains = true") }

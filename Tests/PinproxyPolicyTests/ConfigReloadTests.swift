@@ -28,7 +28,7 @@ final class ConfigReloadTests: XCTestCase {
         "relay_buffer_bytes": "8192", "admin_timeout": "3", "refusal": #""in-tls""#, "pid_file": #""/tmp/p.pid""#,
         "report_to": #"["file:/tmp/reports.jsonl"]"#, "report_rate_limit": "5", "report_file_max_bytes": "1000",
         "verify_command_timeout": "6", "verify_command_cache": "0", "verify_command_concurrency": "2",
-        "client_identity_timeout": "3", "report_client_identity": "true",
+        "client_identity_timeout": "3", "report_client_identity": "true", "ct_log_list": "\"ct-log-list.json\"",
     ]
 
     static func proxy(_ line: String = "") throws -> ProxySettings {

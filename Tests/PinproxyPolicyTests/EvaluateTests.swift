@@ -109,12 +109,12 @@ final class EvaluateTests: XCTestCase {
     /// The reasons the verdict gives are exactly the policy reasons, in priority order.
     func testPolicyReasonsAndTheirPriority() {
         let policy: [RefusalReason] = [.hostDenied, .portDenied, .untrustedChain, .certificateExpired, .certificateNotYetValid,
-                                       .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .customCheck]
+                                       .revoked, .revocationUnknown, .hostnameMismatch, .pinMismatch, .ctMissing, .customCheck]
         XCTAssertEqual(RefusalReason.allCases.filter(\.traits.isPolicyDecision), policy)
         XCTAssertEqual(policy.sorted(), policy)
         XCTAssertEqual(policy.map(\.rawValue), ["host-denied", "port-denied", "untrusted-chain", "certificate-expired",
                                                 "certificate-not-yet-valid", "revoked", "revocation-unknown",
-                                                "hostname-mismatch", "pin-mismatch", "custom-check"])
+                                                "hostname-mismatch", "pin-mismatch", "ct-missing", "custom-check"])
     }
 
     // MARK: Chains that must not verify
@@ -399,9 +399,10 @@ final class EvaluateTests: XCTestCase {
             (.hostnameMismatch, "", "api.test", "other-chain.pem", 443),
             (.pinMismatch, "pin = \"public-key\"\npins = [\"{spki:api-newkey}\", \"{spki:other}\"]", "api.test", "api-chain.pem", 443),
         ]
-        // custom-check comes from verify_command, after the evaluation: testCustomCheckOnlyRefusesMore.
-        XCTAssertEqual(Set(rows.map(\.0)).union([.customCheck]), Set(RefusalReason.allCases.filter(\.traits.isPolicyDecision)))
-        XCTAssertEqual(RefusalReason.allCases.filter(\.traits.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .customCheck])
+        // custom-check comes from verify_command, after the evaluation: testCustomCheckOnlyRefusesMore;
+        // ct-missing needs SCTs and a log list: CTPolicyTests and Tests/e2e/test_ct.py.
+        XCTAssertEqual(Set(rows.map(\.0)).union([.customCheck, .ctMissing]), Set(RefusalReason.allCases.filter(\.traits.isPolicyDecision)))
+        XCTAssertEqual(RefusalReason.allCases.filter(\.traits.mayBeReportOnly), [.hostDenied, .portDenied, .revocationUnknown, .pinMismatch, .ctMissing, .customCheck])
         var cases: [EvaluationCase] = []
         for (reason, keys, host, chain, port) in rows {
             cases.append(.init(name: "enforced \(reason.rawValue)", config: Self.apiEntry(keys), host: host, port: port,
@@ -419,7 +420,7 @@ final class EvaluateTests: XCTestCase {
         let untrusted = try pki.evaluate(config: Self.apiEntry("enforce = false"), host: "api.test", chain: "untrusted-chain.pem")
         XCTAssertEqual(untrusted.outcome, .refuse(.untrustedChain))
         XCTAssertFalse(untrusted.allowsConnection)
-        XCTAssertEqual(untrusted.notes, ["enforce = false does not apply to untrusted-chain: only pin, unknown-revocation, custom-check, host and port refusals can be report-only"])
+        XCTAssertEqual(untrusted.notes, ["enforce = false does not apply to untrusted-chain: only pin, ct-missing, unknown-revocation, custom-check, host and port refusals can be report-only"])
     }
 
     /// verify_command's answer can only refuse more: a pass changes nothing, a failure adds

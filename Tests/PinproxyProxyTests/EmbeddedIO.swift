@@ -68,7 +68,7 @@ final class EmbeddedIO: ConnectionIO {
         return endpoint
     }
 
-    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, alpn: ALPNOffer,
+    func connectTLS(socket: Int32, serverName: String?, minimumVersion: TLSProtocolVersion, requestOCSPStaple: Bool, requestSCTs: Bool, alpn: ALPNOffer,
                     clientIdentity: TLSClientIdentity?, sessionKey: String?) throws -> EmbeddedEndpoint {
         let endpoint = EmbeddedEndpoint(socket: socket)
         endpoint.offer = alpn
@@ -270,6 +270,7 @@ final class EmbeddedEndpoint: ConnectionEndpoint {
     var chain: [Certificate] = []
     var peerCertificateChain: [Certificate] { chain }
     var ocspStaple: [UInt8]? { nil }
+    var tlsExtensionSCTs: [[UInt8]] { [] }
     var sessionReused: Bool { false }
     var clientCertificateRequested: Bool { false }
     func takeTLSErrors() -> TLSFailure { tlsFailure }

@@ -32,7 +32,7 @@ def promtool() -> str:
 def test_promtool_check_rules():
     run = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=TIMEOUT * 6)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 8 rules found" in run.stdout, run.stdout
+    assert "SUCCESS: 9 rules found" in run.stdout, run.stdout
 
 
 def test_promtool_test_rules():

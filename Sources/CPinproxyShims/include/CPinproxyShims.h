@@ -9,6 +9,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <openssl/ocsp.h>
+#include <openssl/ct.h>
 #include <sys/socket.h>
 // The kernel's socket diagnostics (NETLINK_SOCK_DIAG): Swift's Glibc module does not carry
 // these headers, so they come in here for their structs and constants only.
@@ -49,6 +50,15 @@ long pp_SSL_get_tlsext_status_ocsp_resp(SSL *ssl, const unsigned char **resp);
 long pp_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode);
 int pp_SSL_set_app_data(SSL *ssl, void *data);
 void *pp_SSL_get_app_data(const SSL *ssl);
+
+// STACK_OF(SCT): the sk_SCT_* accessors are macros.
+int pp_sk_SCT_num(const STACK_OF(SCT) *stack);
+SCT *pp_sk_SCT_value(const STACK_OF(SCT) *stack, int index);
+// Asks for the SCT TLS extension (and an OCSP staple) on `ssl`, with a validation callback that
+// accepts whatever comes: pinproxy judges the SCTs itself, after the handshake.
+int pp_SSL_request_scts(SSL *ssl);
+// memfd_create(name, MFD_CLOEXEC): glibc declares it only under _GNU_SOURCE.
+int pp_memfd_create_cloexec(const char *name);
 
 // BIO_get_mem_data is a macro.
 long pp_BIO_get_mem_data(BIO *bio, char **data);

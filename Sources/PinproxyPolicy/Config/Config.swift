@@ -112,6 +112,8 @@ public struct ProxySettings: Sendable {
     /// Whether pin-failure reports carry the client's identity (user names and paths would
     /// go to the collector).
     @Declared(.proxy, "report_client_identity") public var reportClientIdentity: Bool
+    /// `ct_log_list`: the CT log list file (resolved against the config's directory).
+    @Declared(.proxy, "ct_log_list") public var ctLogList: String?
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure). The relay
     /// holds at most one TLS record's plaintext (16 KiB) per direction, or this if smaller; it
     /// also bounds what is queued for a client during its handshake or an in-TLS refusal.

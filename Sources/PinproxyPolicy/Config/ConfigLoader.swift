@@ -105,7 +105,7 @@ public enum ConfigLoader {
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: error.description)])
         }
         return Config(path: path, proxy: config.proxy, resolve: config.resolve, capture: config.capture, policies: config.policies,
-                      verdictContext: VerdictContext(publicSuffixes: publicSuffixList),
+                      verdictContext: VerdictContext(publicSuffixes: publicSuffixList, ctLogs: config.ctLogs),
                       clients: config.clients,
                       warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
     }
@@ -122,13 +122,15 @@ private struct Load {
 
     /// The config; nil when a finding is an error.
     mutating func config(_ document: TOMLTable, path: String)
-        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings, policies: PolicyTable, clients: ClientRules)? {
+        -> (proxy: ProxySettings, resolve: [String: [IPAddress]], capture: CaptureSettings, policies: PolicyTable, clients: ClientRules,
+            ctLogs: CTLogs?)? {
         var decoder = ConfigDecoder()
         let decoded = decoder.decodeTopLevel(document)
         findings += Self.captureWarnings(decoded.proxy, decoded.capture)
         var proxy = decoded.proxy
         if let caDirectory = proxy.caDirectory { proxy.caDirectory = files.resolve(caDirectory) }
         if let pidFile = proxy.pidFile { proxy.pidFile = files.resolve(pidFile) }
+        if let list = proxy.ctLogList { proxy.ctLogList = files.resolve(list) }
         proxy.reportTo = proxy.reportTo.map { destination in
             if case .file(let path) = destination { return .file(path: files.resolve(path)) }
             return destination
@@ -167,9 +169,46 @@ private struct Load {
         }
 
         guard !findings.hasErrors, let defaultEntry else { return nil }
+        let ctLogs = Self.ctLogs(proxy, entries: [defaultEntry] + hosts.entries, now: files.now, into: &findings)
+        guard !findings.hasErrors else { return nil }
         let positions = hosts.positions.flatMap { $0.fit(hosts.entries) ? $0 : nil } ?? PolicyTable.Positions(hosts.entries.map(\.pattern))
         return (proxy, decoded.resolve, decoded.capture, PolicyTable(defaultEntry: defaultEntry, entries: hosts.entries, positions: positions),
-                clients)
+                clients, ctLogs)
+    }
+
+    /// `ct_log_list`, read: an error when an entry sets `ct` and the list is not given or cannot
+    /// be used; a warning when the list is too old to enforce with at `now`, and one naming the
+    /// entries that trust the system store without `ct`.
+    static func ctLogs(_ proxy: ProxySettings, entries: [PolicyEntry], now: Date, into findings: inout [Finding]) -> CTLogs? {
+        let keyPath = ["proxy", "ct_log_list"]
+        let judged = entries.filter { $0.policy.ct != .off }
+        // An entry with ct and no list is an error of its own (`entry`).
+        guard let path = proxy.ctLogList else { return nil }
+        let logs: CTLogs
+        do {
+            logs = try CTLogs.load(path: path)
+        } catch {
+            let message = "ct_log_list: \(path): \(error)"
+            findings.append(judged.isEmpty ? .warning(keyPath, message + " (no entry sets ct, so nothing needs it)") : .error(keyPath, message))
+            return nil
+        }
+        if !judged.isEmpty && logs.list.isStale(at: now) {
+            let days = Int(logs.list.age(at: now) / 86_400)
+            findings.append(.warning(keyPath, "the CT log list \(path) was published \(days) days ago (log_list_timestamp \(rfc3339(logs.list.published))), more than \(CTLogList.maximumAgeDays): as Chrome does, CT is not enforced with it (ct-missing is logged as would-refuse) until it is replaced"))
+        }
+        let unjudged = entries.filter { $0.policy.ct == .off && Self.trustsSystem($0.policy.trust) }
+        if !unjudged.isEmpty {
+            let names = unjudged.prefix(5).map(\.name).joined(separator: ", ") + (unjudged.count > 5 ? ", …" : "")
+            findings.append(.warning(keyPath, "\(unjudged.count) entr\(unjudged.count == 1 ? "y trusts" : "ies trust") the system store without ct (\(names)): consider ct = \"enforce\""))
+        }
+        return logs
+    }
+
+    static func trustsSystem(_ trust: HostPolicy.Trust) -> Bool {
+        switch trust {
+        case .system, .systemAndListed: return true
+        case .pinned, .anchors, .none: return false
+        }
     }
 
     /// A transparent listener nothing is redirected to, a `[capture]` with no listener to
@@ -193,7 +232,10 @@ private struct Load {
     /// that decoded without error (a key that did not decode would read as its default).
     static func entry(_ raw: RawPolicy, decoded: Bool, line: Int, proxy: ProxySettings, files: inout PolicyFiles,
                       into findings: inout [Finding]) -> PolicyEntry? {
-        let found = decoded ? ConfigRules.check(raw, now: files.now) : []
+        var found = decoded ? ConfigRules.check(raw, now: files.now) : []
+        if decoded && raw.ct != .off && proxy.ctLogList == nil {
+            found.append(.error(raw.path + ["ct"], "\(raw.name) has ct = \"\(raw.ct.rawValue)\" but [proxy] ct_log_list is not set: CT needs the list of the logs whose SCTs count (in the format of Chrome's log_list.json)"))
+        }
         findings += found
         guard decoded, !found.hasErrors else {
             findings += files.read(raw).1.filter { $0.severity == .error }

@@ -83,6 +83,13 @@ enum ConfigRules {
         if policy.clientCertificateFile != nil {
             findings.append(.warning(path + ["client_certificate"], "\(name) presents client_certificate to upstreams that ask for one: every local process that may reach \(name) through pinproxy connects as that identity (restrict who may with [clients])"))
         }
+        if policy.ct != .off {
+            switch policy.trust {
+            case .system, .listed(_, includingSystem: true): break
+            case .pinned, .none, .listed(_, includingSystem: false):
+                findings.append(.warning(path + ["ct"], "\(name): ct has no effect: CT applies to chains that end at a system-store anchor, and this trust never reaches the system store"))
+            }
+        }
         if let (written, end) = policy.expires {
             if end <= now {
                 findings.append(.warning(path + ["expires"], "\(name): expires = \(written) has passed: its pins are no longer enforced"))

@@ -68,6 +68,8 @@ extension ConfigSchema {
         .choice("min_tls", .policy, \.minTLS, default: .v1_2, doc: "the oldest TLS version accepted upstream"),
         .choice("mode", .policy, \.mode, default: .intercept,
                 doc: "tunnel: the client's TLS is relayed as it is, unverified (host entries only; see [trust-decisions.md](trust-decisions.md#tunnels-mode--tunnel))"),
+        .choice("ct", .policy, \.ct, default: .off,
+                doc: "Certificate Transparency for chains that end at a system-store anchor: enforce refuses a certificate without enough SCTs from the logs of `ct_log_list` (`ct-missing`), report-only logs it as would-refuse ([trust-decisions.md](trust-decisions.md#certificate-transparency-ct))"),
         .choice("revocation", .policy, \.revocation, default: .off,
                 doc: "crl: the leaf is checked against its issuer's CRL from `crls`; ocsp-staple: the server must staple a valid OCSP response, signed by the issuer"),
         .strings("crls", .policy, \.crlFiles, unset: "none", values: "list of CRL files (PEM or DER)", example: #"["crl/issuer.crl"]"#,

@@ -79,6 +79,9 @@ enum ConfigSchema {
                  doc: "with `[clients]`, looking up the client's user name, unit and program off the loop ([policy per client](#policy-per-client-clients))"),
         .bool("report_client_identity", .proxy, \.reportClientIdentity, default: false,
               doc: "reports carry `pinproxy-client` (user names and paths would go to the collector)"),
+        .nonEmptyString("ct_log_list", .proxy, \.ctLogList, unset: "none", values: "file in the format of Chrome's log_list.json v3",
+                        example: #""/etc/pinproxy/ct-log-list.json""#,
+                        doc: "the Certificate Transparency logs `ct` counts SCTs from; required when an entry sets `ct` ([trust-decisions.md](trust-decisions.md#certificate-transparency-ct))"),
     ])
 
     static let capture = ConfigKeys<CaptureSettings>([

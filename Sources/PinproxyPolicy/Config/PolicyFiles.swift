@@ -73,6 +73,7 @@ struct PolicyFiles {
         settings.includeSubdomains = raw.includeSubdomains
         settings.minTLS = raw.minTLS
         settings.mode = raw.mode
+        settings.ct = raw.ct
         if let certificateFile = raw.clientCertificateFile, let keyFile = raw.clientKeyFile {
             settings.clientIdentity = clientIdentity(raw, certificateFile: certificateFile, keyFile: keyFile, into: &findings)
         }

@@ -54,6 +54,7 @@ struct RawPolicy: Sendable {
     /// nil when `crls` is not written.
     @Declared(.policy, "crls") var crlFiles: [String]?
     @Declared(.policy, "mode") var mode: HostPolicy.Mode
+    @Declared(.policy, "ct") var ct: HostPolicy.CTMode
     /// `client_certificate` and `client_key` as written.
     @Declared(.policy, "client_certificate") var clientCertificateFile: String?
     @Declared(.policy, "client_key") var clientKeyFile: String?

@@ -73,6 +73,14 @@ public struct HostPolicy: Sendable {
         }
     }
 
+    /// `ct`: Certificate Transparency for chains that end at a system-store anchor.
+    public enum CTMode: String, Sendable, CaseIterable {
+        case enforce
+        /// `ct-missing` is logged as a would-refuse line; the connection goes on.
+        case reportOnly = "report-only"
+        case off
+    }
+
     /// How a connection under the policy is carried.
     public enum Mode: String, Sendable, CaseIterable {
         /// Verified upstream, then relayed through pinproxy's own TLS with the client.
@@ -113,6 +121,7 @@ public struct HostPolicy: Sendable {
         /// the verified chain on stdin (`arguments[0]` is the executable's absolute path).
         public var verifyCommand: [String]?
         public var mode: Mode = .intercept
+        public var ct: CTMode = .off
         /// `client_certificate` and `client_key`: presented to an upstream that asks for a
         /// client certificate.
         public var clientIdentity: TLSClientIdentity?
@@ -167,7 +176,7 @@ extension HostPolicy.Settings {
                                expires ?? "-", ports.sorted().map(String.init).joined(separator: ","),
                                minTLS.rawValue, revocation.name, "\(requireWebPKIProfile)",
                                verifyCommand.map { $0.joined(separator: "\u{0}") } ?? "-", mode.rawValue,
-                               clientIdentity.map { Pin(digest: $0.certificate.certificateSHA256).description } ?? "-"]
+                               clientIdentity.map { Pin(digest: $0.certificate.certificateSHA256).description } ?? "-", ct.rawValue]
         switch trust {
         case .pinned: parts.append(pinnedCertificates.map { Pin(digest: $0.certificateSHA256).description }.joined(separator: ","))
         case .anchors(_, let certificates), .systemAndListed(_, let certificates):

@@ -17,6 +17,8 @@ public struct CheckResult: Sendable, Equatable, CustomStringConvertible {
         case hostName
         /// The pins against the verified chain.
         case pins
+        /// Certificate Transparency: enough qualifying SCTs (`ct`).
+        case certificateTransparency
         /// The entry's `verify_command`.
         case customCheck
         /// `[clients]`: whether the client may reach the host (client-denied).
@@ -31,6 +33,7 @@ public struct CheckResult: Sendable, Equatable, CustomStringConvertible {
             case .revocation: return "revocation"
             case .hostName: return "host name"
             case .pins: return "pins"
+            case .certificateTransparency: return "certificate transparency"
             case .customCheck: return "custom check"
             case .client: return "client"
             }

@@ -11,10 +11,16 @@ public enum TrustEvaluator {
         public var chain: [Certificate]
         /// The stapled OCSP response (DER), if the server sent one.
         public var ocspStaple: [UInt8]?
+        /// The SCTs of the TLS extension (RFC 6962 `SerializedSCT` each).
+        public var tlsExtensionSCTs: [[UInt8]]
+        /// Whether the handshake resumed a session (and so delivered no SCT beside the chain).
+        public var resumed: Bool
 
-        public init(chain: [Certificate], ocspStaple: [UInt8]? = nil) {
+        public init(chain: [Certificate], ocspStaple: [UInt8]? = nil, tlsExtensionSCTs: [[UInt8]] = [], resumed: Bool = false) {
             self.chain = chain
             self.ocspStaple = ocspStaple
+            self.tlsExtensionSCTs = tlsExtensionSCTs
+            self.resumed = resumed
         }
     }
 
@@ -32,7 +38,11 @@ public enum TrustEvaluator {
     /// 4. The host against the leaf's subjectAltName (DNS, or IP for IP literals).
     /// 5. The pins against the verified chain, any position (only the leaf under `trust = "none"`),
     ///    unless `expires` has passed.
-    /// 6. The entry's `verify_command`, not reached here: the caller runs it (`adding`).
+    /// 6. Certificate Transparency (`ct` other than off), on a verified chain that ends at a
+    ///    system-store anchor: the SCTs of the leaf, the TLS extension and the staple, validated
+    ///    by OpenSSL with the generation's log list, counted by Chrome's policy (`CTPolicy`).
+    ///    `ct = "report-only"`, or a list older than 70 days, reports ct-missing only.
+    /// 7. The entry's `verify_command`, not reached here: the caller runs it (`adding`).
     /// Every check's result is kept (`Verdict.checks`); the verdict names the most important
     /// failure. With `enforce = false`, pin-mismatch, revocation-unknown, host-denied and
     /// port-denied become report-only (never a silent allow); any other failure still refuses,
@@ -51,17 +61,20 @@ public enum TrustEvaluator {
         var verified: [Certificate] = []
         var pathVerified = false
         var pinCheck = Verdict.PinCheck.notReached
+        var ctJudgement: CTPolicy.Judgement?
 
         /// The verdict on `checks`, with `rest` for each check not made.
         func finish(_ rest: CheckResult.Status) -> Verdict {
             let made = Set(checks.map(\.check))
             let unmade = ([.chain] + WebPKIProfile.applicableRules(policy: policy, chain: verified).map { .rule($0.name) }
-                          + [.revocation, .hostName, .pins, .customCheck]).filter { !made.contains($0) }
+                          + [.revocation, .hostName, .pins] + (policy.ct == .off ? [] : [.certificateTransparency])
+                          + [.customCheck]).filter { !made.contains($0) }
             checks += unmade.map { CheckResult($0, rest == .notReached ? Self.unreached($0, policy: policy) : rest) }
             let failures = Verdict.failures(of: checks)
             let outcome = Self.outcome(failures, policy: policy, notes: &notes)
             return Verdict(outcome: outcome, entry: entry, checks: checks, presented: presentation.chain,
-                           verified: verified, pathVerified: pathVerified, pinCheck: pinCheck, notes: notes)
+                           verified: verified, pathVerified: pathVerified, pinCheck: pinCheck, notes: notes,
+                           certificateTransparency: ctJudgement)
         }
 
         // Report-only request failures do not end the evaluation: the operator sees everything
@@ -155,7 +168,58 @@ public enum TrustEvaluator {
         case .notReached:
             checks.append(CheckResult(.pins, .notReached))
         }
+
+        // 6. Certificate Transparency.
+        if policy.ct != .off, pathVerified, verified.count >= 2, let logs = context.ctLogs {
+            let judgement = judgeCT(presentation, verified: verified, policy: policy, logs: logs, context: context, at: time)
+            ctJudgement = judgement
+            switch judgement.outcome {
+            case .notApplicable(let why):
+                notes.append("ct: not applied: \(why)")
+                checks.append(CheckResult(.certificateTransparency, .notChecked))
+            case .compliant:
+                checks.append(CheckResult(.certificateTransparency, .passed))
+            case .notCompliant(let why):
+                let stale = logs.list.isStale(at: time)
+                if stale {
+                    notes.append("ct: the CT log list \(logs.path) is \(Int(logs.list.age(at: time) / 86_400)) days old (more than \(CTLogList.maximumAgeDays)): ct-missing is reported, not enforced")
+                }
+                checks.append(CheckResult(.certificateTransparency, found: [.init(.ctMissing, why, reportsOnly: policy.ct == .reportOnly || stale)]))
+            }
+        }
         return finish(.notReached)
+    }
+
+    /// The CT policy's answer for the verified chain: the SCTs of the leaf, the TLS extension
+    /// and the staple, as OpenSSL validated them with `logs` (kept with the chain in
+    /// `VerifiedChains`, so that a resumed session costs no signature check).
+    static func judgeCT(_ presentation: Presentation, verified: [Certificate], policy: HostPolicy, logs: CTLogs,
+                        context: VerdictContext, at time: Date) -> CTPolicy.Judgement {
+        let (leaf, issuer) = (verified[0], verified[1])
+        let delivered = presentation.tlsExtensionSCTs.map { DeliveredSCT(source: .tlsExtension, bytes: $0) }
+            + (presentation.ocspStaple.map(SignedCertificateTimestamps.inOCSPResponse) ?? []).map { DeliveredSCT(source: .ocsp, bytes: $0) }
+        let observations: [SCTObservation]
+        if let known = context.verifiedChains.validatedSCTs(leaf: leaf, issuer: issuer, delivered: delivered, resumed: presentation.resumed, at: time) {
+            observations = known
+        } else {
+            let embedded = SignedCertificateTimestamps.embedded(in: leaf).map { DeliveredSCT(source: .embedded, bytes: $0) }
+            observations = SignedCertificateTimestamps.validate(embedded + delivered, leaf: leaf, issuer: issuer, store: logs.store, at: time)
+            context.verifiedChains.rememberSCTs(observations, leaf: leaf, issuer: issuer, delivered: delivered)
+        }
+        return CTPolicy.judge(observations, logs: logs.list, notBefore: leaf.notBefore, notAfter: leaf.notAfter,
+                              endsAtSystemAnchor: endsAtSystemAnchor(policy.trust, verified: verified), at: time)
+    }
+
+    /// Whether the verified chain ends at an anchor of the system store: always under
+    /// `trust = "system"`; under `["system", FILE…]` unless it ends at a listed certificate.
+    static func endsAtSystemAnchor(_ trust: HostPolicy.Trust, verified: [Certificate]) -> Bool {
+        switch trust {
+        case .system: return true
+        case .systemAndListed(_, let listed):
+            guard let anchor = verified.last else { return false }
+            return !listed.contains { $0.certificateSHA256 == anchor.certificateSHA256 }
+        case .pinned, .anchors, .none: return false
+        }
     }
 
     /// How a check the evaluation did not get to stands: not checked when the entry turns it
@@ -166,6 +230,7 @@ public enum TrustEvaluator {
         case .revocation: if case .off = policy.revocation { return .notChecked } else { return .notReached }
         case .hostName: return policy.validateHost ? .notReached : .notChecked
         case .pins: return policy.pinKind == .none ? .notChecked : .notReached
+        case .certificateTransparency: return policy.ct == .off ? .notChecked : .notReached
         case .customCheck: return policy.action == .verify && policy.verifyCommand != nil ? .notReached : .notChecked
         case .action, .ports, .rule, .client: return .notReached
         }
@@ -175,9 +240,11 @@ public enum TrustEvaluator {
     /// failures; with `enforce = false`, report-only when every failure may be; else refuse.
     static func outcome(_ failures: [Verdict.Failure], policy: HostPolicy, notes: inout [String]) -> Verdict.Outcome {
         guard let first = failures.first else { return .allow }
-        if policy.enforce { return .refuse(first.reason) }
-        if let enforced = failures.first(where: { !$0.reason.traits.mayBeReportOnly }) {
-            notes.append("enforce = false does not apply to \(enforced.reason.rawValue): only pin, unknown-revocation, custom-check, host and port refusals can be report-only")
+        let enforceable = failures.filter { !$0.reportsOnly }
+        guard let firstEnforceable = enforceable.first else { return .reportOnly(first.reason) }
+        if policy.enforce { return .refuse(firstEnforceable.reason) }
+        if let enforced = enforceable.first(where: { !$0.reason.traits.mayBeReportOnly }) {
+            notes.append("enforce = false does not apply to \(enforced.reason.rawValue): only pin, ct-missing, unknown-revocation, custom-check, host and port refusals can be report-only")
             return .refuse(enforced.reason)
         }
         return .reportOnly(first.reason)
@@ -198,7 +265,8 @@ public enum TrustEvaluator {
         var notes = verdict.notes
         let outcome = check.passed ? verdict.outcome : Self.outcome(Verdict.failures(of: checks), policy: verdict.entry.policy, notes: &notes)
         return Verdict(outcome: outcome, entry: verdict.entry, checks: checks, presented: verdict.presented,
-                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: notes)
+                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: notes,
+                       certificateTransparency: verdict.certificateTransparency)
     }
 
     /// `verdict` with what `[clients]` decided for the connection, applied after every other
@@ -214,7 +282,8 @@ public enum TrustEvaluator {
         case .reportOnly: outcome = verdict.allowsConnection ? .reportOnly(failures[0].reason) : verdict.outcome
         }
         return Verdict(outcome: outcome, entry: verdict.entry, checks: checks, presented: verdict.presented,
-                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: verdict.notes)
+                       verified: verdict.verified, pathVerified: verdict.pathVerified, pinCheck: verdict.pinCheck, notes: verdict.notes,
+                       certificateTransparency: verdict.certificateTransparency)
     }
 
     /// The part of the decision that needs no connection: host-denied and port-denied (and

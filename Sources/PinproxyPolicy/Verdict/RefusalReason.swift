@@ -15,6 +15,9 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     case revocationUnknown = "revocation-unknown"
     case hostnameMismatch = "hostname-mismatch"
     case pinMismatch = "pin-mismatch"
+    /// Certificate Transparency (`ct`): a chain to a system-store anchor without enough
+    /// qualifying SCTs.
+    case ctMissing = "ct-missing"
     /// The entry's `verify_command` refused a chain the built-in checks accepted.
     case customCheck = "custom-check"
     // Decided during the upstream handshake.
@@ -62,6 +65,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .revocationUnknown:       return row(403, true,  true,  true,  .tlsCertificateError)
         case .hostnameMismatch:        return row(403, false, true,  true,  .tlsCertificateError)
         case .pinMismatch:             return row(403, true,  true,  true,  .tlsCertificateError)
+        case .ctMissing:               return row(403, true,  true,  true,  .tlsCertificateError)
         case .customCheck:             return row(403, true,  true,  true,  .tlsCertificateError)
         case .tlsVersion:              return row(403, false, false, false, .tlsProtocolError)
         case .destinationDenied:       return row(403, false, false, false, .destinationIPProhibited)
@@ -83,7 +87,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
 public struct RefusalTraits: Sendable {
     /// The HTTP status of a refusal for this reason (the CONNECT answer, or the in-TLS page).
     public let httpStatus: Int
-    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch,
+    /// Whether `enforce = false` turns this refusal into report-only: pin-mismatch, ct-missing,
     /// revocation-unknown (soft fail), host-denied, port-denied and custom-check (the
     /// operator's own check, an addition like pins). The chain, its dates, the host name and a
     /// revocation are always enforced: behind an intercepting proxy the client has no check of

@@ -15,10 +15,14 @@ public struct Verdict: Sendable {
     public struct Failure: Sendable, Equatable, CustomStringConvertible {
         public let reason: RefusalReason
         public let detail: String
+        /// Whatever `enforce` says, this failure only reports (`ct = "report-only"`, or a CT
+        /// log list too old to enforce with).
+        public let reportsOnly: Bool
 
-        public init(_ reason: RefusalReason, _ detail: String) {
+        public init(_ reason: RefusalReason, _ detail: String, reportsOnly: Bool = false) {
             self.reason = reason
             self.detail = detail
+            self.reportsOnly = reportsOnly
         }
 
         public var description: String { "\(reason.rawValue): \(detail)" }
@@ -54,9 +58,12 @@ public struct Verdict: Sendable {
     public let pinCheck: PinCheck
     /// Facts worth logging that are not failures (allow-insecure, expired pins).
     public let notes: [String]
+    /// What the CT check found: every SCT, counted or why not, and the policy's answer; nil when
+    /// the entry's `ct` is off or the check was not reached.
+    public let certificateTransparency: CTPolicy.Judgement?
 
     init(outcome: Outcome, entry: PolicyEntry, checks: [CheckResult], presented: [Certificate], verified: [Certificate],
-         pathVerified: Bool, pinCheck: PinCheck, notes: [String]) {
+         pathVerified: Bool, pinCheck: PinCheck, notes: [String], certificateTransparency: CTPolicy.Judgement? = nil) {
         self.outcome = outcome
         self.entry = entry
         self.checks = checks
@@ -66,6 +73,7 @@ public struct Verdict: Sendable {
         self.pathVerified = pathVerified
         self.pinCheck = pinCheck
         self.notes = notes
+        self.certificateTransparency = certificateTransparency
     }
 
     /// Every failure of `checks`, most important first (in check order within a reason).

@@ -77,4 +77,43 @@ public final class VerifiedChains: Sendable {
             stores[ObjectIdentifier(store)] = remembered
         }
     }
+
+    // MARK: SCTs
+
+    /// The SCTs OpenSSL validated for one verified leaf and issuer, with the SCTs the handshake
+    /// delivered beside the certificate then.
+    private struct RememberedSCTs: Sendable {
+        let delivered: [DeliveredSCT]
+        let observations: [SCTObservation]
+        let validUntil: Date
+        let expires: TimeInterval
+    }
+
+    private let scts = Locked<[[[UInt8]]: RememberedSCTs]>([:])
+
+    /// The SCTs validated for the verified `leaf` and `issuer` when the handshake delivered
+    /// `delivered` (TLS extension and staple) beside them; a resumed session (`resumed`)
+    /// delivers none and takes what the full handshake had. nil: validate them.
+    func validatedSCTs(leaf: Certificate, issuer: Certificate, delivered: [DeliveredSCT], resumed: Bool, at time: Date) -> [SCTObservation]? {
+        let key = [leaf.certificateSHA256, issuer.certificateSHA256]
+        let now = ProcessLimits.monotonicSeconds()
+        return scts.withLock { scts -> [SCTObservation]? in
+            guard let entry = scts[key] else { return nil }
+            guard now < entry.expires, time < entry.validUntil else {
+                scts[key] = nil
+                return nil
+            }
+            return resumed || entry.delivered == delivered ? entry.observations : nil
+        }
+    }
+
+    /// Keeps what OpenSSL said of the SCTs of a full handshake (a resumed one keeps nothing).
+    func rememberSCTs(_ observations: [SCTObservation], leaf: Certificate, issuer: Certificate, delivered: [DeliveredSCT]) {
+        let entry = RememberedSCTs(delivered: delivered, observations: observations, validUntil: leaf.notAfter,
+                                   expires: ProcessLimits.monotonicSeconds() + Self.lifetime)
+        scts.withLock { scts in
+            if scts.count >= Self.capacity { scts.removeAll() }
+            scts[[leaf.certificateSHA256, issuer.certificateSHA256]] = entry
+        }
+    }
 }
