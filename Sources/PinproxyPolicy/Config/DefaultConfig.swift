@@ -82,8 +82,10 @@ block_private_destinations = true
 
 # The egress lock's listener (docs/deployment.md): clients that `pinproxy egress apply`
 # redirects arrive here without CONNECT; the host comes from their SNI. One 127.0.0.1 and
-# one [::1] address. Bound by pinproxy itself, even under socket activation; restart-only.
-# transparent_listen = ["127.0.0.1:3129", "[::1]:3129"]
+# one [::1] address (the [::1] one may be left out where IPv6 is off). A privileged port, so
+# that no other user can take it: under systemd pinproxy-transparent.socket binds it, else
+# pinproxy needs CAP_NET_BIND_SERVICE; restart-only.
+# transparent_listen = ["127.0.0.1:8", "[::1]:8"]
 
 # [resolve]
 # Names answered here instead of by DNS: one address or a list. These answers are checked
