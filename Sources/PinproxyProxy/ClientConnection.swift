@@ -448,7 +448,7 @@ final class ClientConnection<IO: ConnectionIO> {
             relay.close()
             let destination = tunnel.destination
             shared.tunnelClosed()
-            shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client.identity) + [
+            shared.log.emit(.info, "tunnel-closed", [(.client, client?.description ?? "-")] + Self.identityFields(destination.client) + [
                 (.listener, listener.rawValue), (.host, destination.host.description),
                 (.port, String(destination.port)), (.entry, destination.entry.name), (.alpn, tunnel.applicationProtocol?.description ?? "-"),
                 (.bytesUp, String(tunnel.bytesUp)), (.bytesDown, String(tunnel.bytesDown)),
@@ -514,9 +514,13 @@ final class ClientConnection<IO: ConnectionIO> {
         }
     }
 
-    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known.
-    static func identityFields(_ identity: ClientIdentity?) -> [(AccessLog.Field, String)] {
-        guard case .local(let client) = identity else { return [] }
+    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known;
+    /// for a forwarded client, `client_address` and `client_net` (the `net:` sections that matched).
+    static func identityFields(_ decision: ClientDecision?) -> [(AccessLog.Field, String)] {
+        if case .forwarded(let address) = decision?.identity {
+            return [(.clientAddress, address.description)] + (decision?.networkSections.map { [(.clientNet, $0)] } ?? [])
+        }
+        guard case .local(let client) = decision?.identity else { return [] }
         var fields: [(AccessLog.Field, String)] = [(.clientUID, String(client.uid))]
         if let user = client.user { fields.append((.clientUser, user)) }
         if let unit = client.unit { fields.append((.clientUnit, unit)) }
@@ -527,6 +531,7 @@ final class ClientConnection<IO: ConnectionIO> {
     /// A line about this connection that is not its decision.
     func logEvent(_ level: Logger.Level, _ event: String, detail: String) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        if case .forwarded = clientDecision?.identity { fields += Self.identityFields(clientDecision) }
         if let subject = logSubject { fields += [(.host, subject.host.description), (.port, String(subject.port))] }
         fields.append((.detail, detail))
         shared.log.emit(level, event, fields)

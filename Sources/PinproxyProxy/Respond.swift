@@ -119,13 +119,14 @@ extension ClientConnection {
     /// upstream presented and the path OpenSSL verified; `reopenChange` is a reopened upstream's
     /// outcome when it differs from the first upstream's, which the 200 described
     /// (`reopen_outcome`, `reopen_reason`). A local client's identity (`[clients]`) is on every
-    /// line: `client_uid`, `client_user`, `client_unit`, `client_exe`, as far as each is known.
+    /// line: `client_uid`, `client_user`, `client_unit`, `client_exe`, as far as each is known;
+    /// a forwarded client's `client_address` and the `net:` sections that matched (`client_net`).
     func logDecision(outcome: ConnectionOutcome, reason: RefusalReason?, status: Int?, detail: String, verdict: Verdict?,
                      alpn: ALPNProtocol? = nil, subject: Subject? = nil, client decision: ClientDecision? = nil,
                      reopenChange: Verdict.Outcome? = nil) {
         if reason == .captureLoop, shared.captureLoopLogged.exchange(true, ordering: .relaxed) { return }
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
-        fields += Self.identityFields((decision ?? clientDecision)?.identity)
+        fields += Self.identityFields(decision ?? clientDecision)
         fields.append((.listener, listener.rawValue))
         if let subject = subject ?? logSubject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]

@@ -17,7 +17,9 @@ struct EgressCommand: ParsableCommand {
             table is touched. While the lock is on and pinproxy is stopped, HTTPS from this host fails (fail closed): \
             `pinproxy egress remove` lifts it. The transparent port must be privileged (below \
             net.ipv4.ip_unprivileged_port_start): `apply` refuses otherwise. Where IPv6 is off ([::1] cannot be bound), \
-            the [::1] listener may be left out: IPv6 to the capture ports is then rejected.
+            the [::1] listener may be left out: IPv6 to the capture ports is then rejected. With \
+            capture.forward_interfaces, TCP forwarded from those interfaces (containers) is redirected in prerouting to \
+            the wildcard transparent listeners, and their UDP to the capture ports is rejected.
             """,
         subcommands: [Print.self, Apply.self, Remove.self, Status.self]
     )

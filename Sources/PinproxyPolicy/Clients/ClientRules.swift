@@ -7,15 +7,19 @@ public enum ClientSelector: Hashable, Sendable {
     case unit(String)
     case unknown
     case remote
+    /// `net:CIDR`: forwarded clients whose source address lies in the network.
+    case network(ClientNetwork)
 
-    /// Whether a client with `identity` is what this selector names.
+    /// Whether a client with `identity` is what this selector names. A forwarded client is
+    /// named by `net:` sections only: it is not `remote`, and it has no uid, unit or program.
     public func matches(_ identity: ClientIdentity) -> Bool {
         switch (self, identity) {
         case (.uid(let uid), .local(let client)), (.user(_, let uid), .local(let client)): return client.uid == uid
         case (.exe(let path), .local(let client)): return client.exe == path
         case (.unit(let unit), .local(let client)): return client.unit == unit
         case (.unknown, .unknown), (.remote, .remote): return true
-        case (.uid, _), (.user, _), (.exe, _), (.unit, _), (.unknown, _), (.remote, _): return false
+        case (.network(let network), .forwarded(let address)): return network.contains(address)
+        case (.uid, _), (.user, _), (.exe, _), (.unit, _), (.unknown, _), (.remote, _), (.network, _): return false
         }
     }
 }

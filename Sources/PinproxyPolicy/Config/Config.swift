@@ -127,6 +127,9 @@ public struct CaptureSettings: Sendable, Equatable {
     public var blockQUIC = true
     /// Users whose processes go out uncaptured: pinproxy's own user, at least.
     public var exemptUsers = ["pinproxy"]
+    /// Interfaces whose forwarded traffic is captured too (containers' bridges): exact names,
+    /// or a prefix and a trailing `*`.
+    public var forwardInterfaces: [String] = []
     /// Whether the config has a `[capture]` table (the defaults apply otherwise).
     public var isWritten = false
 

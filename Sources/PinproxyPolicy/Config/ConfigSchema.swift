@@ -115,6 +115,14 @@ enum ConfigSchema {
             }
             capture.exemptUsers = names
         }.appliedByEgress(),
+        .init("forward_interfaces", .capture, .strings, default: .value("[]"), values: "list of interface names, or a prefix and `*`",
+              doc: "TCP to the ports forwarded from these (containers' bridges) is captured too") { decoder, value, keyPath, capture in
+            guard let names = decoder.strings(value, keyPath) else { return }
+            for name in names {
+                if let problem = ForwardInterface.problem(name) { decoder.error(keyPath, element: name, "capture.forward_interfaces: \(problem)") }
+            }
+            capture.forwardInterfaces = names
+        }.appliedByEgress(),
     ])
 
     static let clients = ConfigKeys<RawClientSection>([

@@ -100,6 +100,8 @@ block_private_destinations = true
 # local = false                # true: this host's own addresses are captured too
 # block_quic = true            # outgoing UDP to these ports is rejected (HTTP/3 falls back to TCP)
 # exempt_users = ["pinproxy"]  # their processes go out uncaptured: the user pinproxy runs as
+# forward_interfaces = []      # containers' bridges ("docker0", "br-*", "cni*"): their forwarded TCP
+#                              # is captured too (needs transparent_listen on 0.0.0.0:8 and [::]:8)
 
 [default]
 # The policy for hosts that no [hosts."..."] entry matches. Host entries do not

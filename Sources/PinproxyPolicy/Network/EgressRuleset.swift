@@ -9,6 +9,16 @@ import PinproxyInterop
 /// bound (IPv6 off) a config may leave out the IPv6 listener: IPv6 to the capture ports is then
 /// rejected, so enabling IPv6 later opens no way around the lock. Pure: the caller resolves the
 /// users and says whether IPv6 is available.
+///
+/// With `forward_interfaces`, the traffic this host forwards from those interfaces (containers,
+/// VMs) is captured too: TCP to the capture ports arriving there, routed (addressed to this
+/// host at the link layer, so never a frame bridged between two containers of one bridge) and
+/// not to this host's own addresses (unless `local`), is redirected in prerouting, which
+/// delivers it to the incoming interface's own address: the transparent listeners are then
+/// the wildcard addresses (`0.0.0.0`, `[::]`) on the privileged port, and an input rule drops
+/// every connection to that port from another interface that the lock did not redirect. UDP to
+/// the capture ports from those interfaces is rejected in the forward hook (an ICMP error to
+/// the sender) when `block_quic`.
 public struct EgressRuleset: Sendable {
     /// The table every rule lives in; nothing else is touched.
     public static let table = "inet pinproxy"
@@ -18,6 +28,10 @@ public struct EgressRuleset: Sendable {
     /// is off and the config has no IPv6 listener: IPv6 to the capture ports is rejected).
     public let ipv4Port: UInt16
     public let ipv6Port: UInt16?
+    /// The transparent listeners' addresses: the loopback ones, or the wildcard ones, which
+    /// `forward_interfaces` needs.
+    public let ipv4Address: IPAddress
+    public let ipv6Address: IPAddress?
     /// The exempt users and their uids, in config order.
     public let exempt: [(name: String, uid: UInt32)]
 
@@ -35,8 +49,14 @@ public struct EgressRuleset: Sendable {
             throw Problem(description: "capture.ports is empty: the egress lock would capture nothing")
         }
         // Without IPv6 the daemon leaves out its [::1] listener too: IPv6 is rejected, not redirected.
-        let v6 = ipv6Available ? transparentListen.first(where: { $0.address == IPAddress("::1") }) : nil
-        guard let v4 = transparentListen.first(where: { $0.address == IPAddress("127.0.0.1") }),
+        let forwards = !capture.forwardInterfaces.isEmpty
+        let v4Addresses = (forwards ? ["0.0.0.0"] : ["127.0.0.1", "0.0.0.0"]).compactMap(IPAddress.init)
+        let v6Addresses = (forwards ? ["::"] : ["::1", "::"]).compactMap(IPAddress.init)
+        let v6 = ipv6Available ? transparentListen.first(where: { v6Addresses.contains($0.address) }) : nil
+        if forwards, !transparentListen.contains(where: { $0.address == v4Addresses[0] }) || (ipv6Available && v6 == nil) {
+            throw Problem(description: "capture.forward_interfaces needs proxy.transparent_listen on the wildcard addresses (\"0.0.0.0:PORT\"\(ipv6Available ? " and \"[::]:PORT\"" : ""), the privileged port): forwarded connections are redirected to the address of the interface they arrive on")
+        }
+        guard let v4 = transparentListen.first(where: { v4Addresses.contains($0.address) }),
               v6 != nil || !ipv6Available else {
             let missing = [transparentListen.contains { $0.address == IPAddress("127.0.0.1") } ? nil : "\"127.0.0.1:PORT\" (IPv4)",
                            transparentListen.contains { $0.address == IPAddress("::1") } ? nil : "\"[::1]:PORT\" (IPv6)"]
@@ -52,22 +72,30 @@ public struct EgressRuleset: Sendable {
         self.capture = capture
         self.ipv4Port = v4.port
         self.ipv6Port = v6?.port
+        self.ipv4Address = v4.address
+        self.ipv6Address = v6?.address
         self.exempt = exempt
     }
 
     /// The transparent listeners the rules redirect to.
     public var listenerAddresses: [SocketAddress] {
-        [SocketAddress(address: IPAddress("127.0.0.1")!, port: ipv4Port)] + (ipv6Port.map { [SocketAddress(address: IPAddress("::1")!, port: $0)] } ?? [])
+        var addresses = [SocketAddress(address: ipv4Address, port: ipv4Port)]
+        if let ipv6Address, let ipv6Port { addresses.append(SocketAddress(address: ipv6Address, port: ipv6Port)) }
+        return addresses
     }
 
     /// One line saying what is captured.
     public var summary: String {
         let ports = capture.ports.map(String.init).joined(separator: ",")
-        var parts = [ipv6Port.map { "tcp \(ports) to 127.0.0.1:\(ipv4Port) and [::1]:\($0)" }
-                     ?? "tcp \(ports) to 127.0.0.1:\(ipv4Port); IPv6 to \(ports) rejected (IPv6 is off on this host)"]
+        let listeners = listenerAddresses
+        var parts = [listeners.count == 2 ? "tcp \(ports) to \(listeners[0]) and \(listeners[1])"
+                     : "tcp \(ports) to \(listeners[0]); IPv6 to \(ports) rejected (IPv6 is off on this host)"]
         parts.append(capture.blockQUIC ? "udp \(ports) rejected" : "udp \(ports) not blocked")
         parts.append(capture.local ? "this host's own addresses captured too" : "this host's own addresses not captured")
         parts.append(exempt.isEmpty ? "no user exempt" : "exempt: " + exempt.map { "\($0.name) (uid \($0.uid))" }.joined(separator: ", "))
+        if !capture.forwardInterfaces.isEmpty {
+            parts.append("forwarded from " + capture.forwardInterfaces.joined(separator: ", ") + ": tcp captured" + (capture.blockQUIC ? ", udp rejected" : ""))
+        }
         return parts.joined(separator: "; ")
     }
 
@@ -123,8 +151,40 @@ public struct EgressRuleset: Sendable {
             lines += skip.map { "\t\t\($0)" }
             lines += ["\t\tudp dport \(ports) reject", "\t}"]
         }
+        lines += forwardChains(ports)
         lines.append("}")
         return (head, lines.joined(separator: "\n") + "\n")
+    }
+
+    /// The chains for `forward_interfaces`, one rule per interface pattern: redirect in
+    /// prerouting (`meta pkttype host`: only frames addressed to this host, which routes them;
+    /// a frame bridged between two ports of one bridge, seen here under `br_netfilter`, is
+    /// another host's), the rejection of UDP in the forward hook, and the input rule that drops
+    /// connections to the transparent port from other interfaces that were not redirected.
+    private func forwardChains(_ ports: String) -> [String] {
+        let interfaces = capture.forwardInterfaces.map { "iifname \"\($0)\" meta pkttype host" }
+        guard !interfaces.isEmpty else { return [] }
+        var lines = ["\tchain capture_forwarded_tcp {", "\t\ttype nat hook prerouting priority -100; policy accept;"]
+        if !capture.local { lines += interfaces.map { "\t\t\($0) fib daddr type local return" } }
+        for interface in interfaces {
+            lines.append("\t\t\(interface) meta nfproto ipv4 tcp dport \(ports) redirect to :\(ipv4Port)")
+            if let ipv6Port { lines.append("\t\t\(interface) meta nfproto ipv6 tcp dport \(ports) redirect to :\(ipv6Port)") }
+        }
+        lines.append("\t}")
+        let forwarded = capture.forwardInterfaces.map { "iifname \"\($0)\"" }
+        if ipv6Port == nil || capture.blockQUIC {
+            lines += ["\tchain block_forwarded {", "\t\ttype filter hook forward priority 0; policy accept;"]
+            for interface in forwarded {
+                if ipv6Port == nil { lines.append("\t\t\(interface) meta nfproto ipv6 tcp dport \(ports) reject with tcp reset") }
+                if capture.blockQUIC { lines.append("\t\t\(interface) udp dport \(ports) reject") }
+            }
+            lines.append("\t}")
+        }
+        lines += ["\tchain guard_transparent {", "\t\ttype filter hook input priority 0; policy accept;",
+                  "\t\tiif != \"lo\" meta nfproto ipv4 tcp dport \(ipv4Port) ct status ! dnat drop"]
+        if let ipv6Port { lines.append("\t\tiif != \"lo\" meta nfproto ipv6 tcp dport \(ipv6Port) ct status ! dnat drop") }
+        lines.append("\t}")
+        return lines
     }
 
     /// A problem when a transparent port is not privileged in a namespace whose
