@@ -127,6 +127,9 @@ def test_a_container_is_pinned_known_by_its_address_and_another_denied(capture, 
     proxy = forwarding_proxy(capture, pki)
     ca = capture.ca(proxy)
     first, second = network.containers
+    status = proxy.egress("status")
+    assert status.returncode == 0, f"{status.stdout}\n{status.stderr}"
+    assert "forwarded from br-*: tcp captured, udp rejected" in status.stdout, status.stdout
 
     fetched = network.curl(first, "api.test", ca)
     assert fetched.exit == 0 and fetched.status == 200 and fetched.body == ORIGIN_BODY, f"{fetched}"
@@ -149,6 +152,11 @@ def test_a_container_is_pinned_known_by_its_address_and_another_denied(capture, 
     assert denied.get("client_net") == "net:10.200.0.0/24,net:10.200.0.3/32", denied.raw
     assert 'clients."net:10.200.0.3/32" allows no host' in denied.get("detail", ""), denied.raw
     assert origin.paths.count("/small") == 1, origin.paths
+
+    # `egress status` checks the forward rules: without the prerouting chain the lock is broken.
+    capture.ns.check("nft", "delete", "chain", "inet", "pinproxy", "capture_forwarded_tcp")
+    status = proxy.egress("status")
+    assert status.returncode == 4, f"{status.stdout}\n{status.stderr}"
 
 
 def test_udp_to_a_capture_port_from_a_container_gets_an_icmp_error(capture, network, pki):
