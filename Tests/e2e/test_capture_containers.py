@@ -29,6 +29,11 @@ HOST_ON_BRIDGE = "10.200.0.1"
 CONTAINERS = ["10.200.0.2", "10.200.0.3"]
 HOST_TO_ORIGIN = "10.201.0.1"
 ORIGIN = "10.201.0.2"
+#: The same, in IPv6 (/64 each).
+HOST_ON_BRIDGE6 = "fd00:200::1"
+CONTAINERS6 = ["fd00:200::2", "fd00:200::3"]
+HOST_TO_ORIGIN6 = "fd00:201::1"
+ORIGIN6 = "fd00:201::2"
 FORWARD = {"local": True, "exempt_users": ["root"], "forward_interfaces": ["br-*"]}
 WILDCARD = {"transparent_listen": ["0.0.0.0:8", "[::]:8"]}
 
@@ -41,37 +46,43 @@ class Network:
         self.containers: list[netnslib.NetNS] = []
         self.origin_ns = netnslib.NetNS()
         host.check("sysctl", "-qw", "net.ipv4.ip_forward=1")
+        host.check("sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
         host.check("ip", "link", "add", BRIDGE, "type", "bridge")
         host.check("ip", "addr", "add", f"{HOST_ON_BRIDGE}/24", "dev", BRIDGE)
+        host.check("ip", "addr", "add", f"{HOST_ON_BRIDGE6}/64", "dev", BRIDGE, "nodad")
         host.check("ip", "link", "set", BRIDGE, "up")
         for index, address in enumerate(CONTAINERS):
             ns = netnslib.NetNS()
             self.containers.append(ns)
             host.check("ip", "link", "add", f"vc{index}", "type", "veth", "peer", "name", "eth0", "netns", str(ns.holder.pid))
             host.check("ip", "link", "set", f"vc{index}", "master", BRIDGE, "up")
-            self._address(ns, address, HOST_ON_BRIDGE)
+            self._address(ns, address, HOST_ON_BRIDGE, CONTAINERS6[index], HOST_ON_BRIDGE6)
         host.check("ip", "link", "add", "vo", "type", "veth", "peer", "name", "eth0", "netns", str(self.origin_ns.holder.pid))
         host.check("ip", "addr", "add", f"{HOST_TO_ORIGIN}/24", "dev", "vo")
+        host.check("ip", "addr", "add", f"{HOST_TO_ORIGIN6}/64", "dev", "vo", "nodad")
         host.check("ip", "link", "set", "vo", "up")
-        self._address(self.origin_ns, ORIGIN, HOST_TO_ORIGIN)
+        self._address(self.origin_ns, ORIGIN, HOST_TO_ORIGIN, ORIGIN6, HOST_TO_ORIGIN6)
 
     @staticmethod
-    def _address(ns: netnslib.NetNS, address: str, gateway: str) -> None:
+    def _address(ns: netnslib.NetNS, address: str, gateway: str, address6: str, gateway6: str) -> None:
         ns.check("ip", "addr", "add", f"{address}/24", "dev", "eth0")
+        ns.check("ip", "addr", "add", f"{address6}/64", "dev", "eth0", "nodad")
         ns.check("ip", "link", "set", "eth0", "up")
         ns.check("ip", "route", "add", "default", "via", gateway)
+        ns.check("ip", "-6", "route", "add", "default", "via", gateway6)
 
-    def origin(self, pki, stem: str = "api") -> originlib.TLSOrigin:
+    def origin(self, pki, stem: str = "api", address: str = ORIGIN) -> originlib.TLSOrigin:
         return self.origin_ns.call(originlib.TLSOrigin, pki.path(f"{stem}-chain.pem"), pki.path(f"{stem}.key"),
-                                   name=stem, address=ORIGIN, port=443)
+                                   name=stem, address=address, port=443)
 
     def run(self, ns: netnslib.NetNS, argv, timeout: float = 60) -> subprocess.CompletedProcess:
         """ARGV as user nobody in NS, with no proxy variable."""
         return ns.run(*netnslib.as_nobody(argv), env=clean_env(HOME="/"), timeout=timeout)
 
-    def curl(self, ns: netnslib.NetNS, host: str, ca, *extra: str) -> Fetched:
+    def curl(self, ns: netnslib.NetNS, host: str, ca, *extra: str, origin: str = ORIGIN) -> Fetched:
+        literal = f"[{origin}]" if ":" in origin else origin
         p = self.run(ns, ["curl", "-sS", "--cacert", str(ca), "--max-time", str(int(TIMEOUT)), "-w", "\n%{http_code}",
-                          "--resolve", f"{host}:443:{ORIGIN}", *extra, f"https://{host}/small"])
+                          "--resolve", f"{host}:443:{literal}", *extra, f"https://{host}/small"])
         body, _, code = p.stdout.rpartition("\n")
         return Fetched(p.returncode, int(code) if code.isdigit() else 0, body, p.stderr)
 
@@ -98,6 +109,8 @@ def _bridges_available() -> bool:
 CLIENTS = {
     "net:10.200.0.0/24": {"deny": ["blocked.test"]},
     "net:10.200.0.3/32": {"allow": []},
+    "net:fd00:200::/64": {"deny": ["blocked.test"]},
+    "net:fd00:200::3/128": {"allow": []},
     "remote": {"allow": []},
 }
 
@@ -221,3 +234,21 @@ def test_a_container_connecting_to_the_listener_directly_is_dropped(capture, net
     script = f"import socket; socket.create_connection(('{HOST_ON_BRIDGE}', 8), timeout=3)"
     p = network.run(network.containers[0], ["python3", "-c", script])
     assert p.returncode != 0 and "timed out" in p.stderr, p.stderr
+
+
+def test_an_ipv6_container_is_pinned_and_another_denied(capture, network, pki):
+    origin = network.origin(pki, address=ORIGIN6)
+    proxy = forwarding_proxy(capture, pki)
+    ca = capture.ca(proxy)
+    first, second = network.containers
+    fetched = network.curl(first, "api.test", ca, origin=ORIGIN6)
+    assert fetched.exit == 0 and fetched.status == 200 and fetched.body == ORIGIN_BODY, f"{fetched}"
+    line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "api.test")
+    assert line.get("client_address") == CONTAINERS6[0] and line.get("client_net") == "net:fd00:200::/64", line.raw
+    fetched = network.curl(first, "www.api.test", ca, "-v", origin=ORIGIN6)
+    refused_in_tls(fetched, "pin-mismatch", "www.api.test")
+    fetched = network.curl(second, "api.test", ca, "-v", origin=ORIGIN6)
+    refused_in_tls(fetched, "client-denied", "api.test")
+    denied = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("reason") == "client-denied")
+    assert denied.get("client_net") == "net:fd00:200::/64,net:fd00:200::3/128", denied.raw
+    assert origin.paths.count("/small") == 1, origin.paths
