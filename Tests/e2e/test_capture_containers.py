@@ -252,3 +252,25 @@ def test_an_ipv6_container_is_pinned_and_another_denied(capture, network, pki):
     denied = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("reason") == "client-denied")
     assert denied.get("client_net") == "net:fd00:200::/64,net:fd00:200::3/128", denied.raw
     assert origin.paths.count("/small") == 1, origin.paths
+
+
+def test_a_container_that_does_not_trust_the_ca_fails_its_handshake_and_private_destinations_are_refused(capture, network, pki):
+    origin = network.origin(pki)
+    proxy = forwarding_proxy(capture, pki)
+    first = network.containers[0]
+    # No --cacert: curl trusts the system store only, which lacks pinproxy's CA.
+    p = network.run(first, ["curl", "-sS", "--max-time", str(int(TIMEOUT)), "--resolve", f"api.test:443:{ORIGIN}", "https://api.test/small"])
+    assert p.returncode == 60, f"exit {p.returncode}\n{p.stderr}"
+    line = proxy.wait_for_log(lambda l: l.get("event") == "client-handshake-failed")
+    assert line.get("client_address") == CONTAINERS[0] and line.get("client", "").startswith(f"{CONTAINERS[0]}:"), line.raw
+    assert origin.paths == [], origin.paths
+    proxy.stop()
+
+    # block_private_destinations applies to forwarded clients as to local ones.
+    private = ClientsProxy(capture.bin, capture.tmp / "private", pki, ns=capture.ns, hosts=pinned_hosts(pki), capture=FORWARD,
+                           proxy={**WILDCARD, "block_private_destinations": True}, clients=CLIENTS)
+    capture._proxies.append(private)
+    private.start()
+    fetched = network.curl(first, "api.test", capture.ca(private), "-v")
+    refused_in_tls(fetched, "destination-denied", "api.test")
+    assert origin.paths == [], origin.paths
