@@ -43,13 +43,12 @@ public enum ExclusiveListener {
         error.code == EAFNOSUPPORT || error.code == EADDRNOTAVAIL
     }
 
-    /// Whether `[::1]` can be bound in this network namespace (a probe on an ephemeral port).
+    /// Whether this network namespace has `::1` on `lo`, as `/proc/net/if_inet6` lists it: the
+    /// file is missing under `ipv6.disable=1`, and `::1` is gone where `disable_ipv6` is set
+    /// (for all interfaces or `lo`). Read rather than probed with a socket, which a sandbox
+    /// (`RestrictAddressFamilies=`) or a privileged port would make fail for other reasons.
     public static var loopbackIPv6Available: Bool {
-        do {
-            Glibc.close(try bind(SocketAddress(address: IPAddress("::1")!, port: 0), backlog: 1))
-            return true
-        } catch {
-            return !familyUnavailable(error)
-        }
+        guard let text = ProcFile.readText("/proc/net/if_inet6") else { return false }
+        return text.split(separator: "\n").contains { $0.hasPrefix("00000000000000000000000000000001 ") }
     }
 }

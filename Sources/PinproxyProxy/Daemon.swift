@@ -78,6 +78,7 @@ public final class Daemon {
         let transparent = try TransparentListeners.open(
             config.proxy.transparentListen.map { SocketAddress(address: $0.address, port: $0.port) },
             inherited: passedTransparent.map { ($0.fd, SocketAddress.local(of: $0.fd)) },
+            ipv6Available: ExclusiveListener.loopbackIPv6Available,
             bind: { address throws(SystemError) in try ExclusiveListener.bind(address) })
         // Every worker accepts on its own duplicate; these originals are closed once they exist.
         defer { transparent.sockets.forEach { closeSocket($0.fd) } }

@@ -22,7 +22,9 @@ struct TransparentListeners {
     /// addresses), binds the others with `bind`. An IPv6 address whose family is unavailable
     /// (`EAFNOSUPPORT`, `EADDRNOTAVAIL`) is left out when an IPv4 listener remains; any other
     /// failure closes what was bound and throws.
-    static func open(_ addresses: [SocketAddress], inherited: [(fd: Int32, address: SocketAddress?)],
+    /// Where `ipv6Available` is false, IPv6 addresses are not even tried (a privileged port
+    /// answers EACCES before the family is looked at).
+    static func open(_ addresses: [SocketAddress], inherited: [(fd: Int32, address: SocketAddress?)], ipv6Available: Bool = true,
                      bind: (SocketAddress) throws(SystemError) -> Int32) throws(ListenerError) -> TransparentListeners {
         var sockets: [(address: SocketAddress, fd: Int32)] = []
         var unavailable: [(address: SocketAddress, error: SystemError)] = []
@@ -34,6 +36,7 @@ struct TransparentListeners {
                 continue
             }
             do throws(SystemError) {
+                if address.address.isIPv6 && !ipv6Available { throw SystemError("bind", EADDRNOTAVAIL) }
                 sockets.append((address, try bind(address)))
             } catch {
                 if address.address.isIPv6, hasIPv4, ExclusiveListener.familyUnavailable(error) {

@@ -156,7 +156,7 @@ enum ListenerReport {
             return ("listener \(address): CRITICAL: another process listens here and receives redirected connections: \(foreign.joined(separator: ", "))", false)
         }
         if pinproxy.isEmpty {
-            return ("listener \(address): held by the service manager (pinproxy-transparent.socket), pinproxy not running: redirected connections wait until it starts", false)
+            return ("listener \(address): held by the service manager (socket activation), pinproxy not running: redirected connections wait until it starts", false)
         }
         return ("listener \(address): pinproxy (pid \(Set(pinproxy).sorted().map(String.init).joined(separator: ", ")))", true)
     }

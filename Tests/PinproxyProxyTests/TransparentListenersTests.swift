@@ -27,6 +27,18 @@ final class TransparentListenersTests: XCTestCase {
         }
     }
 
+    /// Where /proc says IPv6 is off, [::1] is not tried: the privileged port would answer EACCES.
+    func testIPv6KnownOffIsNotTried() throws {
+        var asked: [SocketAddress] = []
+        let opened = try TransparentListeners.open([v4, v6], inherited: [], ipv6Available: false) { address throws(SystemError) in
+            asked.append(address)
+            if address.address.isIPv6 { throw SystemError("bind", EACCES) }
+            return 41
+        }
+        XCTAssertEqual(asked, [v4])
+        XCTAssertEqual(opened.unavailable.map(\.address), [v6])
+    }
+
     func testOtherFailuresStopTheStart() {
         for code in [EACCES, EADDRINUSE] {
             XCTAssertThrowsError(try TransparentListeners.open([v4, v6], inherited: []) { address throws(SystemError) in
