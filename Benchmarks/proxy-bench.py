@@ -66,7 +66,7 @@ class Bench:
             wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.callgrind_out}")
         extra_proxy = extra_tables = ""
         if options.transparent:
-            listener = b.free_port()
+            listener = 8  # privileged, as `egress apply` requires (the default transparent port)
             extra_proxy = f'transparent_listen = ["127.0.0.1:{listener}", "[::1]:{listener}"]'
             extra_tables = f'\n[capture]\nports = [{self.origin.port}]\nlocal = true\nexempt_users = ["root"]\n'
         self.daemon = b.Daemon(binary, self.work, pki, self.origin, pin, log_path=os.path.join(self.work, "pinproxy.log"),

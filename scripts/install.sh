@@ -2,8 +2,9 @@
 # Installs pinproxy as a systemd service:
 #   - builds the release binary (swift build -c release) and installs it as
 #     $PREFIX/bin/pinproxy (PREFIX defaults to /usr/local);
-#   - installs systemd/pinproxy.service, pinproxy.socket and
-#     pinproxy-egress.service into /etc/systemd/system/;
+#   - installs systemd/pinproxy.service, pinproxy.socket, pinproxy-egress.service
+#     and the transparent listeners' pinproxy-transparent{,6}.socket into
+#     /etc/systemd/system/;
 #   - creates the static system user pinproxy the service runs as (useradd
 #     --system; not under DESTDIR, where it prints the command instead);
 #   - installs config/pinproxy.toml as /etc/pinproxy/pinproxy.toml unless that
@@ -68,7 +69,8 @@ if $uninstall; then
         fi
     fi
     for file in "$destdir$prefix/bin/pinproxy" "$destdir$unitdir/pinproxy.service" "$destdir$unitdir/pinproxy.socket" \
-        "$destdir$unitdir/pinproxy-egress.service" \
+        "$destdir$unitdir/pinproxy-egress.service" "$destdir$unitdir/pinproxy-transparent.socket" \
+        "$destdir$unitdir/pinproxy-transparent6.socket" \
         "$destdir$bashdir/pinproxy" "$destdir$zshdir/_pinproxy" "$destdir$fishdir/pinproxy.fish" \
         "$destdir$mandir"/pinproxy.1 "$destdir$mandir"/pinproxy-*.1 "$destdir$man5dir"/pinproxy.toml.5; do
         if [ -e "$file" ]; then
@@ -81,7 +83,7 @@ if $uninstall; then
 Uninstalled. Kept: $confdir (your config) and the local CA in /var/lib/pinproxy
 (clients that trust it still do: remove it from them, e.g. from
 /usr/local/share/ca-certificates, then update-ca-certificates). If the service was
-enabled, run:  systemctl disable --now pinproxy-egress.service pinproxy.socket pinproxy.service; systemctl daemon-reload
+enabled, run:  systemctl disable --now pinproxy-egress.service pinproxy.socket pinproxy-transparent.socket pinproxy-transparent6.socket pinproxy.service; systemctl daemon-reload
 EOF
     exit 0
 fi
@@ -105,13 +107,15 @@ install -d -m 0755 "$destdir$prefix/bin"
 install -m 0755 "$binary" "$destdir$prefix/bin/pinproxy"
 
 # 2. The units (ExecStart names the installed binary).
-echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket, pinproxy-egress.service"
+echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket, pinproxy-egress.service, pinproxy-transparent{,6}.socket"
 install -d -m 0755 "$destdir$unitdir"
 sed "s#^ExecStart=/usr/local/bin/pinproxy #ExecStart=$prefix/bin/pinproxy #" \
     "$repo/systemd/pinproxy.service" > "$destdir$unitdir/pinproxy.service.tmp"
 chmod 0644 "$destdir$unitdir/pinproxy.service.tmp"
 mv -f "$destdir$unitdir/pinproxy.service.tmp" "$destdir$unitdir/pinproxy.service"
 install -m 0644 "$repo/systemd/pinproxy.socket" "$destdir$unitdir/pinproxy.socket"
+install -m 0644 "$repo/systemd/pinproxy-transparent.socket" "$destdir$unitdir/pinproxy-transparent.socket"
+install -m 0644 "$repo/systemd/pinproxy-transparent6.socket" "$destdir$unitdir/pinproxy-transparent6.socket"
 sed "s#^\(Exec[A-Za-z]*=\)/usr/local/bin/pinproxy #\1$prefix/bin/pinproxy #" \
     "$repo/systemd/pinproxy-egress.service" > "$destdir$unitdir/pinproxy-egress.service.tmp"
 chmod 0644 "$destdir$unitdir/pinproxy-egress.service.tmp"
@@ -165,7 +169,9 @@ Then point clients at it:  HTTPS_PROXY=http://127.0.0.1:3128
 To send every process's HTTPS through it instead (the egress lock), set
 transparent_listen in [proxy] and [capture], then:
 
-    systemctl enable --now pinproxy-egress
+    systemctl stop pinproxy
+    systemctl enable --now pinproxy-transparent.socket pinproxy-transparent6.socket
+    systemctl enable --now pinproxy pinproxy-egress
 
 Edit $confdir/pinproxy.toml, check it with
 '$prefix/bin/pinproxy check --config $confdir/pinproxy.toml',

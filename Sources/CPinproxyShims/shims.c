@@ -4,6 +4,8 @@
 #include <linux/netfilter_ipv6/ip6_tables.h>
 
 #include <errno.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -79,3 +81,16 @@ static int pp_accept_scts(const CT_POLICY_EVAL_CTX *ctx, const STACK_OF(SCT) *sc
 int pp_SSL_request_scts(SSL *ssl) { return SSL_set_ct_validation_callback(ssl, pp_accept_scts, NULL); }
 
 int pp_memfd_create_cloexec(const char *name) { return (int)syscall(SYS_memfd_create, name, 1U /* MFD_CLOEXEC */); }
+
+int pp_drop_capability(int capability) {
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &header, data) != 0) return -1;
+    unsigned index = (unsigned)capability / 32, bit = 1u << ((unsigned)capability % 32);
+    // Lowered from the ambient set first (EINVAL: a kernel without ambient capabilities).
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, capability, 0, 0) != 0 && errno != EINVAL) return -1;
+    data[index].effective &= ~bit;
+    data[index].permitted &= ~bit;
+    data[index].inheritable &= ~bit;
+    return (int)syscall(SYS_capset, &header, data);
+}

@@ -11,6 +11,7 @@ public struct AccessLog: Sendable {
     public enum Field: String, CaseIterable, Sendable {
         case time, level, event, client
         case clientUID = "client_uid", clientUser = "client_user", clientUnit = "client_unit", clientExe = "client_exe"
+        case clientAddress = "client_address", clientNet = "client_net"
         case host, port, entry, outcome, reason, status
         /// `ADDR:PORT` (`[ADDR]:PORT` for IPv6) of the upstream the connection connected to:
         /// on decision and tunnel lines.

@@ -552,6 +552,7 @@ final class ClientConnection<IO: ConnectionIO> {
     /// A line about this connection that is not its decision.
     func logEvent(_ level: Logger.Level, _ event: String, detail: String) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
+        if case .forwarded = clientDecision?.identity { fields += ConnectionRecord.identityFields(clientDecision) }
         if let subject = logSubject { fields += [(.host, subject.host.description), (.port, String(subject.port))] }
         fields.append((.detail, detail))
         shared.log.emit(level, event, fields)

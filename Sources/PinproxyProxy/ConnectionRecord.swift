@@ -76,11 +76,14 @@ struct ConnectionRecord {
 
     // MARK: The lines
 
-    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known.
-    static func identityFields(_ identity: ClientIdentity?) -> [(AccessLog.Field, String)] {
+    /// `client_uid`, `client_user`, `client_unit` and `client_exe`, as far as they are known;
+    /// for a forwarded client, `client_address` and `client_net` (the `net:` sections that matched).
+    static func identityFields(_ decision: ClientDecision?) -> [(AccessLog.Field, String)] {
         let client: LocalClient
-        switch identity {
+        switch decision?.identity {
         case .local(let local), .partlyKnown(let local, _): client = local
+        case .forwarded(let address):
+            return [(.clientAddress, address.description)] + (decision?.networkSections.map { [(.clientNet, $0)] } ?? [])
         case .unknown, .remote, nil: return []
         }
         var fields: [(AccessLog.Field, String)] = [(.clientUID, String(client.uid))]
@@ -110,7 +113,7 @@ struct ConnectionRecord {
     /// duration. A local client's identity is on both.
     var line: (level: Logger.Level, fields: [(AccessLog.Field, String)], certificates: AccessLog.Certificates?) {
         var fields: [(AccessLog.Field, String)] = [(.client, client?.description ?? "-")]
-        fields += Self.identityFields(clientDecision?.identity)
+        fields += Self.identityFields(clientDecision)
         fields.append((.listener, listener.rawValue))
         if let subject {
             fields += [(.host, subject.host.description), (.port, String(subject.port))]

@@ -109,14 +109,15 @@ public final class CustomChecks: Sendable {
         }
     }
 
-    /// What the command is told about the client: `PINPROXY_CLIENT` (`local`, `unknown` or
-    /// `remote`) and, for a local one, `PINPROXY_CLIENT_UID`, `_USER`, `_UNIT` and `_EXE` as far
+    /// What the command is told about the client: `PINPROXY_CLIENT` (`local`, `unknown`,
+    /// `remote` or `forwarded`, with `PINPROXY_CLIENT_ADDRESS`) and, for a local one, `PINPROXY_CLIENT_UID`, `_USER`, `_UNIT` and `_EXE` as far
     /// as they are known. Nothing without `[clients]`.
     public static func environment(for client: ClientIdentity?) -> [String: String] {
         switch client {
         case nil: return [:]
         case .unknown: return ["PINPROXY_CLIENT": "unknown"]
         case .remote: return ["PINPROXY_CLIENT": "remote"]
+        case .forwarded(let address): return ["PINPROXY_CLIENT": "forwarded", "PINPROXY_CLIENT_ADDRESS": address.description]
         case .local(let local), .partlyKnown(let local, _):
             var variables = ["PINPROXY_CLIENT": "local", "PINPROXY_CLIENT_UID": String(local.uid)]
             variables["PINPROXY_CLIENT_USER"] = local.user

@@ -25,6 +25,11 @@ public final class Daemon {
     public var afterReload: (@Sendable () -> Void)?
     private var adminServer: AdminHTTPServer?
     private var housekeeping: [PinproxyInterop.Timer] = []
+    /// The transparent listeners in use and their sockets' inodes, for the minutely check.
+    private var transparentAddresses: [SocketAddress] = []
+    private var transparentInodes: Set<UInt64> = []
+    /// How often `checkTransparentListeners` runs.
+    static let transparentCheckInterval: TimeInterval = 60
 
     /// Prepares the daemon: opens (or creates) the local CA and binds every listener.
     public init(configPath: String?, config: Config) throws {
@@ -62,22 +67,44 @@ public final class Daemon {
             SignalWatcher(loop: control, signal: SIGINT) { [unowned self] in self.drain("SIGINT") },
         ]
         let inherited = try InheritedSockets.take()
-        defer { inherited.forEach(closeSocket) }
+        let passedTransparent = inherited.filter { $0.name == TransparentListeners.inheritedName }
+        let connectSockets = inherited.filter { $0.name != TransparentListeners.inheritedName }.map(\.fd)
+        defer { connectSockets.forEach(closeSocket) }
         let count = config.proxy.workers ?? max(1, ProcessInfo.processInfo.activeProcessorCount)
         // Checked before binding, so that no client is queued on a socket about to be closed,
         // and again after, against a daemon that bound at the same moment.
-        // The transparent listeners are bound here under socket activation too.
-        let bound = (inherited.isEmpty ? config.proxy.listen : []) + config.proxy.transparentListen
-        try Self.refuseSharedListeners(bound, ours: [])
+        var bound = (connectSockets.isEmpty ? config.proxy.listen : []) + config.proxy.transparentListen
+        let passedInodes = Set(inherited.compactMap { try? Descriptor.status(of: $0.fd).inode })
+        try Self.refuseSharedListeners(bound, ours: passedInodes)
+        let transparent = try TransparentListeners.open(
+            config.proxy.transparentListen.map { SocketAddress(address: $0.address, port: $0.port) },
+            inherited: passedTransparent.map { ($0.fd, SocketAddress.local(of: $0.fd)) },
+            ipv6Available: ExclusiveListener.loopbackIPv6Available,
+            bind: { address throws(SystemError) in try ExclusiveListener.bind(address) })
+        // Every worker accepts on its own duplicate; these originals are closed once they exist.
+        defer { transparent.sockets.forEach { closeSocket($0.fd) } }
+        for (fd, address) in transparent.unlisted {
+            closeSocket(fd)
+            log.emit(.warning, "socket-activation", [(.detail, "the service manager passed a socket named \(TransparentListeners.inheritedName) on \(address?.description ?? "an unknown address") that proxy.transparent_listen does not list: not used (make pinproxy-transparent.socket and the config agree)")])
+        }
+        for (address, error) in transparent.unavailable {
+            bound.removeAll { SocketAddress(address: $0.address, port: $0.port) == address }
+            log.emit(.warning, "transparent-ipv6-unavailable", [(.address, address.description),
+                                                                (.detail, "IPv6 is off on this host (\(error)): the IPv4 transparent listener alone is used; `pinproxy egress apply` then rejects outgoing IPv6 to the capture ports")])
+        }
+        // The transparent port stays pinproxy's by privilege: no verify_command child may bind it.
+        try Self.dropBindCapability(passing: inherited.filter { $0.name != TransparentListeners.inheritedName }, transparent, log: log)
         for _ in 0..<count {
             let worker = try Worker(shared: shared)
-            if inherited.isEmpty { try worker.listen(on: config.proxy.listen, kind: .connect) } else { try worker.listen(onInherited: inherited) }
-            try worker.listen(on: config.proxy.transparentListen, kind: .transparent)
+            if connectSockets.isEmpty { try worker.listen(on: config.proxy.listen, kind: .connect) } else { try worker.listen(onInherited: connectSockets, kind: .connect) }
+            try worker.listen(onInherited: transparent.sockets.map(\.fd), kind: .transparent)
             workers.append(worker)
         }
-        try Self.refuseSharedListeners(bound, ours: Set(workers.flatMap(\.listenerInodes)))
+        transparentInodes = transparent.inodes
+        transparentAddresses = transparent.sockets.map(\.address)
+        try Self.refuseSharedListeners(bound, ours: Set(workers.flatMap(\.listenerInodes)).union(passedInodes))
         if !inherited.isEmpty {
-            log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager; proxy.listen is not used")])
+            log.emit(.info, "socket-activation", [(.detail, "accepting on \(inherited.count) socket(s) from the service manager (\(passedTransparent.count) transparent)\(connectSockets.isEmpty ? "" : "; proxy.listen is not used")")])
         }
         metrics.policyInForce(config.policies)
         metrics.ctLogListInForce(published: config.verdictContext.ctLogs?.list.published)
@@ -101,9 +128,50 @@ public final class Daemon {
                                     (.detail, "\(count) worker(s), CA \(localCA.certificatePath)")])
     }
 
-    /// The workers bind with SO_REUSEPORT, which lets another process of the same user (a
-    /// second pinproxy, say) listen on the same address; the kernel would then split clients
-    /// between two policies. Such a listener stops the start.
+    /// Without systemd pinproxy binds the privileged transparent port itself, with
+    /// `CAP_NET_BIND_SERVICE` in its ambient set (`setpriv --ambient-caps`), which every child
+    /// would inherit. Capabilities belong to threads, and libdispatch's have started by now: so
+    /// once the sockets are bound, pinproxy drops it and runs itself again, passing them as socket
+    /// activation does (the service manager's under their names, the transparent ones named
+    /// `transparent`). Throws if a
+    /// thread still holds it (then a `verify_command` child could bind the transparent port).
+    private static func dropBindCapability(passing connect: [InheritedSocket], _ transparent: TransparentListeners, log: AccessLog) throws {
+        if let sets = Capabilities.current, sets.ambient & (UInt64(1) << UInt64(CapabilitySets.netBindService)) != 0 {
+            let sockets = connect.map { ($0.fd, $0.name) } + transparent.sockets.map { ($0.fd, TransparentListeners.inheritedName) }
+            log.emit(.info, "socket-activation", [(.detail, "the transparent listeners are bound: running again without CAP_NET_BIND_SERVICE, with \(sockets.count) socket(s)")])
+            do throws(SystemError) {
+                try Capabilities.execAgain(dropping: CapabilitySets.netBindService, passing: sockets)
+            } catch {
+                throw ListenerError(message: "cannot run again without CAP_NET_BIND_SERVICE: \(error)")
+            }
+        }
+        let holding = Capabilities.threadsPassingOn(CapabilitySets.netBindService)
+        guard holding.isEmpty else {
+            throw ListenerError(message: "threads \(holding.map(String.init).joined(separator: ", ")) hold CAP_NET_BIND_SERVICE in their ambient set: a verify_command child could bind the transparent port")
+        }
+    }
+
+    /// Every minute, off the loops: is a socket other than pinproxy's listening on a transparent
+    /// address (a wildcard one, say, bound by a process with CAP_NET_BIND_SERVICE)? Logged at
+    /// level error and counted; redirected connections go to the most specific listener, which
+    /// stays pinproxy's, but the lock no longer holds if pinproxy stops.
+    private func checkTransparentListeners() {
+        guard !transparentAddresses.isEmpty else { return }
+        DispatchQueue.global(qos: .utility).async { [shared, transparentAddresses, transparentInodes] in
+            for address in transparentAddresses {
+                let foreign = ListeningSockets.inodes(overlapping: address).subtracting(transparentInodes)
+                guard !foreign.isEmpty else { continue }
+                shared.metrics.foreignTransparentListener()
+                shared.log.emit(.error, "transparent-listener-foreign", [(.address, address.description),
+                                                                         (.detail, "\(foreign.count) socket(s) that are not pinproxy's listen on this transparent address (socket inodes \(foreign.sorted().map(String.init).joined(separator: ", "))): `ss -ltnpe` names their process")])
+            }
+        }
+    }
+
+    /// The workers bind `listen` with SO_REUSEPORT, which lets another process of the same user
+    /// (a second pinproxy, say) listen on the same address; the kernel would then split clients
+    /// between two policies. (The transparent listeners never set it.) Such a listener, or any
+    /// other on a transparent address, stops the start.
     private static func refuseSharedListeners(_ addresses: [ListenAddress], ours: Set<UInt64>) throws {
         for address in addresses {
             let socketAddress = SocketAddress(address: address.address, port: address.port)
@@ -168,6 +236,9 @@ public final class Daemon {
                 self.notifier.status(self.statusLine())
             })
         }
+        housekeeping.append(PinproxyInterop.Timer(loop: control, after: Self.transparentCheckInterval, repeats: true) { [unowned self] in
+            self.checkTransparentListeners()
+        })
         housekeeping.append(PinproxyInterop.Timer(loop: control, after: 3_600, repeats: true) { [shared] in
             shared.metrics.policyInForce(shared.policy.config.policies)
         })

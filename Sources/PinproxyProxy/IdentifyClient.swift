@@ -16,6 +16,10 @@ enum ClientRequest {
         }
     }
 
+    var isTransparent: Bool {
+        if case .transparent = self { true } else { false }
+    }
+
     var port: UInt16 {
         switch self {
         case .connect(let target): target.port
@@ -40,6 +44,11 @@ extension ClientConnection {
         let start = io.identify(peer: client, ourEnd: clientsEnd, needsExecutable: config.clients.needsExecutable,
                                 deadline: io.now + timeout) { [weak self] parts in self?.identityLookedUp(parts) }
         switch start {
+        case .known(.remote) where request.isTransparent:
+            // routeTransparent refused every connection made straight to the transparent
+            // listener: a peer of another host there was redirected by the egress lock's
+            // forward_interfaces rules, so this host forwards its traffic.
+            decideForClient(request, client.map { ClientIdentity.forwarded($0.address.unmapped) } ?? .remote)
         case .known(let identity):
             admit(request, identity: identity)
         case .pending(let pending):

@@ -150,12 +150,13 @@ final class Worker: @unchecked Sendable {
         }
     }
 
-    /// Accepts on sockets handed over by the service manager (before `start`).
-    func listen(onInherited sockets: [Int32]) throws {
+    /// Accepts, for clients of `kind`, on sockets listening already: those the service manager
+    /// handed over, and the transparent listeners every worker shares (before `start`).
+    func listen(onInherited sockets: [Int32], kind: ListenerKind) throws {
         for socket in sockets {
             add(try Listener(loop: loop, listeningSocket: socket) { [unowned self] socket, client in
-                self.accept(socket: socket, client: client, kind: .connect)
-            }, kind: .connect)
+                self.accept(socket: socket, client: client, kind: kind)
+            }, kind: kind)
         }
     }
 

@@ -31,7 +31,19 @@ public enum InheritedSocketsError: Error, Equatable, Sendable, CustomStringConve
     }
 }
 
-/// Socket activation (`sd_listen_fds(3)`) without libsystemd: the listening sockets a service
+/// A listening socket the service manager passed, with the name its unit gave it
+/// (`FileDescriptorName=`; systemd's default is the socket unit's name).
+public struct InheritedSocket: Sendable, Equatable {
+    public let fd: Int32
+    public let name: String
+
+    public init(fd: Int32, name: String) {
+        self.fd = fd
+        self.name = name
+    }
+}
+
+/// Socket activation (`sd_listen_fds_with_names(3)`) without libsystemd: the listening sockets a service
 /// manager opened for this process are descriptors `3 ..< 3 + LISTEN_FDS`, and are meant for
 /// this process only when `LISTEN_PID` is its pid.
 public enum InheritedSockets {
@@ -61,16 +73,24 @@ public enum InheritedSockets {
         return (0..<Int32(count)).map { firstDescriptor + $0 }
     }
 
+    /// The names `LISTEN_FDNAMES` gives `count` descriptors, in order: colon-separated, and
+    /// "unknown" for each one it does not name (as `sd_listen_fds_with_names` says).
+    public static func names(environment: [String: String], count: Int) -> [String] {
+        let listed = environment["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false).map(String.init) } ?? []
+        return (0..<count).map { $0 < listed.count && !listed[$0].isEmpty ? listed[$0] : "unknown" }
+    }
+
     /// Reads this process's `LISTEN_*` variables, unsets them (so no child inherits them, as
     /// `sd_listen_fds(1)` does, whatever the outcome), checks that every passed descriptor is an
     /// open, listening `SOCK_STREAM` socket, and sets `FD_CLOEXEC` on each.
     ///
-    /// - Returns: the descriptors, in order (`[]` when the process was not socket-activated).
-    ///   The caller owns them.
-    public static func take() throws(InheritedSocketsError) -> [Int32] {
+    /// - Returns: the sockets with their names, in order (`[]` when the process was not
+    ///   socket-activated). The caller owns them.
+    public static func take() throws(InheritedSocketsError) -> [InheritedSocket] {
         let environment = ProcessInfo.processInfo.environment
         for name in variables { ProcessEnvironment.unset(name) }
         let descriptors = try parse(environment: environment, pid: ProcessInfo.processInfo.processIdentifier)
+        let names = names(environment: environment, count: descriptors.count)
         // Close-on-exec first, on every descriptor, so none leaks even when one is invalid.
         var firstError: InheritedSocketsError?
         for fd in descriptors {
@@ -88,7 +108,7 @@ public enum InheritedSockets {
             }
         }
         if let firstError { throw firstError }
-        return descriptors
+        return zip(descriptors, names).map { InheritedSocket(fd: $0, name: $1) }
     }
 
     /// Throws unless `fd` is an open, listening `SOCK_STREAM` socket.

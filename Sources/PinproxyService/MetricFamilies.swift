@@ -27,6 +27,7 @@ extension ProxyMetrics.Family {
     static let upstreamCertificateExpiry = Self(name: "pinproxy_upstream_certificate_expiry_timestamp_seconds", type: "gauge",
                                                 help: "Earliest notAfter of the leaf and intermediates last verified for a one-host entry, in seconds since 1970.")
     static let mintedLeaves = Self(name: "pinproxy_minted_leaves_total", type: "counter", help: "Leaf certificates the local CA minted for clients (each with a new key).")
+    static let foreignTransparentListeners = Self(name: "pinproxy_foreign_transparent_listeners_total", type: "counter", help: "Checks (every minute) that found a socket other than pinproxy's listening on a transparent address.")
     static let clientLookups = Self(name: "pinproxy_client_lookups_total", type: "counter", help: "Sockets of local clients looked up ([clients]): found, or unknown (gone, not established, not held by a process).")
     static let buildInfo = Self(name: "pinproxy_build_info", type: "gauge", help: "Always 1: the version and commit pinproxy was built from.")
     static let ctLogListAge = Self(name: "pinproxy_ct_log_list_age_seconds", type: "gauge",

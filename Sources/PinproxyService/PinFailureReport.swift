@@ -34,6 +34,7 @@ public enum PinFailureReport {
                 .compactMapValues { $0 is String || $0 is Int ? $0 : nil }
         case .unknown: object["pinproxy-client"] = "unknown"
         case .remote: object["pinproxy-client"] = "remote"
+        case .forwarded(let address): object["pinproxy-client"] = ["forwarded": address.description]
         case nil: break
         }
         guard JSONSerialization.isValidJSONObject(object) else { return nil }

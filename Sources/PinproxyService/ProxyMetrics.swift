@@ -50,6 +50,7 @@ public final class ProxyMetrics: Sendable {
     private let clientLookupsUnknown: Counter
     private let reopenVerdictChanges: Counter
     private let mintedLeaves: Counter
+    private let foreignTransparentListeners: Counter
     private let outcomeCounters = Locked<[CounterKey: Counter]>([:])
     private let refusalCounters = Locked<[RefusalKey: Counter]>([:])
 
@@ -91,7 +92,7 @@ public final class ProxyMetrics: Sendable {
     public static let families: [Family] = [
         Family.connections, .refusals, .reopenVerdictChanges, .openTunnels, .relayedBytes, .handshake, .verification, .reloads,
         .lastReloadSuccessful, .lastReloadSuccessTime, .pinExpiryTimestamp, .pinExpiryDays, .upstreamCertificateExpiry,
-        .buildInfo, .reports, .mintedLeaves, .clientLookups, .ctLogListAge, .ctSCTs,
+        .buildInfo, .reports, .mintedLeaves, .clientLookups, .ctLogListAge, .ctSCTs, .foreignTransparentListeners,
     ] + ProcessFamily.allCases.map(\.family)
 
     /// Upstream handshakes: a few ms on a LAN to seconds across the world.
@@ -120,6 +121,7 @@ public final class ProxyMetrics: Sendable {
         registry.makeGauge(descriptor: Family.buildInfo.descriptor, labels: [("version", version), ("commit", commit)]).set(1.0)
         reopenVerdictChanges = registry.makeCounter(descriptor: Family.reopenVerdictChanges.descriptor)
         mintedLeaves = registry.makeCounter(descriptor: Family.mintedLeaves.descriptor)
+        foreignTransparentListeners = registry.makeCounter(descriptor: Family.foreignTransparentListeners.descriptor)
         clientLookupsFound = registry.makeCounter(descriptor: Family.clientLookups.descriptor, labels: [("result", "found")])
         clientLookupsUnknown = registry.makeCounter(descriptor: Family.clientLookups.descriptor, labels: [("result", "unknown")])
         _ = connectionCounter(CounterKey(outcome: .tunnel, reason: nil, listener: .connect, client: Self.noClientLabel))
@@ -170,6 +172,11 @@ public final class ProxyMetrics: Sendable {
     /// The local CA minted a leaf (its cache had none for the host, or an expiring one).
     public func leafMinted() {
         mintedLeaves.increment()
+    }
+
+    /// A check found a socket that is not pinproxy's listening on a transparent address.
+    public func foreignTransparentListener() {
+        foreignTransparentListeners.increment()
     }
 
     /// The `host_pattern` label for an entry: its pattern as written and normalised, or

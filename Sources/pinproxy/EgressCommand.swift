@@ -15,7 +15,11 @@ struct EgressCommand: ParsableCommand {
             127.0.0.1 (IPv4) and [::1] (IPv6) transparent listeners, outgoing UDP to them is rejected (block_quic), the \
             processes of capture.exempt_users go out uncaptured. Everything lives in the table inet pinproxy; no other \
             table is touched. While the lock is on and pinproxy is stopped, HTTPS from this host fails (fail closed): \
-            `pinproxy egress remove` lifts it.
+            `pinproxy egress remove` lifts it. The transparent port must be privileged (below \
+            net.ipv4.ip_unprivileged_port_start): `apply` refuses otherwise. Where IPv6 is off ([::1] cannot be bound), \
+            the [::1] listener may be left out: IPv6 to the capture ports is then rejected. With \
+            capture.forward_interfaces, TCP forwarded from those interfaces (containers) is redirected in prerouting to \
+            the wildcard transparent listeners, and their UDP to the capture ports is rejected.
             """,
         subcommands: [Print.self, Apply.self, Remove.self, Status.self]
     )
@@ -39,6 +43,16 @@ struct EgressCommand: ParsableCommand {
 
         func run() throws {
             let ruleset = try EgressCommand.ruleset(options)
+            let sysctl = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+            guard let text = try? String(contentsOfFile: sysctl, encoding: .utf8),
+                  let start = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+                printError("pinproxy egress: cannot read \(sysctl): cannot tell whether the transparent port is privileged")
+                throw ExitCode(1)
+            }
+            if let problem = ruleset.privilegeProblem(unprivilegedPortStart: start) {
+                printError("pinproxy egress: \(problem)")
+                throw ExitCode(1)
+            }
             try Nft.load(ruleset.text, doing: "apply the egress lock")
             print("egress lock: on: \(ruleset.summary)")
         }
@@ -56,37 +70,95 @@ struct EgressCommand: ParsableCommand {
         }
     }
 
-    /// `egress status`: whether the lock is on and what it captures. Exit 0 when on, 3 when off.
+    /// `egress status`: whether the lock is on, holds the rules the config generates, and has
+    /// pinproxy listening on each transparent address. Exit 0 when on and healthy, 3 when off,
+    /// 4 when on but broken.
     struct Status: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Say whether the lock is on and what it captures (exit 0 when on, 3 when off).")
+            abstract: "Say whether the lock is on and working (exit 0 when on and healthy, 3 when off, 4 when on but broken; run as root).",
+            discussion: """
+                Compares the live table with the ruleset the config generates (both listed by the same nft as JSON, the \
+                generated one loaded in a throwaway network namespace), and says who listens on each transparent address: \
+                pinproxy, nothing (HTTPS from this host fails), or another process (critical: it receives the redirected \
+                connections).
+                """)
 
         @OptionGroup var options: ConfigOption
 
         func run() throws {
-            guard let listing = try Nft.listTable() else {
+            guard let live = try Nft.listTableJSON() else {
                 print("egress lock: off (no table \(EgressRuleset.table))")
                 throw ExitCode(3)
             }
-            let expected = try? EgressCommand.ruleset(options)
-            if let expected, EgressRuleset.fingerprint(inListing: listing) == expected.fingerprint {
-                print("egress lock: on: \(expected.summary)")
-                return
+            let ruleset = try EgressCommand.ruleset(options)
+            var healthy = true
+            let source = options.config ?? "the built-in default config"
+            if EgressRuleset.rules(inJSONListing: live) == EgressRuleset.rules(inJSONListing: try Nft.generatedJSON(ruleset.text)) {
+                print("egress lock: on: \(ruleset.summary)")
+            } else {
+                healthy = false
+                print("egress lock: on, but its rules are not what \(source) generates: some traffic may go out uncaptured (run `pinproxy egress apply` to replace them); the live table:")
+                let listing = try Nft.listTable() ?? ""
+                print(listing, terminator: listing.hasSuffix("\n") ? "" : "\n")
             }
-            print("egress lock: on, but not as \(options.config ?? "the built-in default config") says (run `pinproxy egress apply` to replace it); the live table:")
-            print(listing, terminator: listing.hasSuffix("\n") ? "" : "\n")
+            if ruleset.ipv6Port == nil {
+                print("IPv6: off on this host; outgoing IPv6 to the capture ports is rejected")
+            }
+            for address in ruleset.listenerAddresses {
+                let (line, ok) = ListenerReport.describe(address)
+                healthy = healthy && ok
+                print(line)
+            }
+            if !healthy { throw ExitCode(4) }
         }
     }
 
-    /// The config's ruleset, or its problem printed (exit 1).
+    /// The config's ruleset, or its problem printed (exit 1). The IPv6 listener may be missing
+    /// only where `[::1]` cannot be bound.
     static func ruleset(_ options: ConfigOption) throws -> EgressRuleset {
         let config = try options.loadOrExit()
         do {
-            return try EgressRuleset(capture: config.capture, transparentListen: config.proxy.transparentListen, uid: UserDatabase.uid(of:))
+            return try EgressRuleset(capture: config.capture, transparentListen: config.proxy.transparentListen,
+                                     ipv6Available: ExclusiveListener.loopbackIPv6Available, uid: UserDatabase.uid(of:))
         } catch {
             printError("pinproxy egress: \(config.path): \(error)")
             throw ExitCode(1)
         }
+    }
+}
+
+/// Who listens on a transparent address, read from /proc (as root: another user's descriptors
+/// are visible only then).
+enum ListenerReport {
+    /// A line for `egress status`, and whether it is healthy: pinproxy's socket (this very
+    /// program, as a daemon) listens there and nothing else does.
+    static func describe(_ address: SocketAddress) -> (line: String, healthy: Bool) {
+        let inodes = ListeningSockets.inodes(overlapping: address)
+        guard !inodes.isEmpty else {
+            return ("listener \(address): nothing listens: lock on, daemon down: HTTPS from this host fails", false)
+        }
+        let ownExecutable = ProcessExecutables.executable(ofProcess: getpid())
+        let processes = ProcessExecutables.processes().filter { $0 != getpid() }
+        var pinproxy: [Int32] = []
+        var foreign: [String] = []
+        for inode in inodes.sorted() {
+            let holders = processes.filter { ProcessExecutables.holds($0, Array("socket:[\(inode)]".utf8)) }
+            let ours = holders.filter { ProcessExecutables.executable(ofProcess: $0) == ownExecutable }
+            pinproxy += ours
+            let others = holders.filter { $0 != 1 && !ours.contains($0) }
+            if holders.isEmpty {
+                foreign.append("socket inode \(inode), held by a process this user cannot see (run as root)")
+            } else {
+                foreign += others.map { "pid \($0) (\(ProcessExecutables.executable(ofProcess: $0) ?? "?"))" }
+            }
+        }
+        if !foreign.isEmpty {
+            return ("listener \(address): CRITICAL: another process listens here and receives redirected connections: \(foreign.joined(separator: ", "))", false)
+        }
+        if pinproxy.isEmpty {
+            return ("listener \(address): held by the service manager (socket activation), pinproxy not running: redirected connections wait until it starts", false)
+        }
+        return ("listener \(address): pinproxy (pid \(Set(pinproxy).sorted().map(String.init).joined(separator: ", ")))", true)
     }
 }
 
@@ -101,20 +173,43 @@ enum Nft {
         }
     }
 
-    /// `nft list table inet pinproxy`; nil when there is no such table.
-    static func listTable() throws -> String? {
-        let result = try run(["list", "table", EgressRuleset.table], input: "")
+    /// `nft list table inet pinproxy` (`-j`: as JSON); nil when there is no such table.
+    static func listTable(json: Bool = false) throws -> String? {
+        let result = try run((json ? ["-j"] : []) + ["list", "table", EgressRuleset.table], input: "")
         if result.status == 0 { return result.output }
         if result.error.contains("No such file or directory") { return nil }
         printError("pinproxy egress: cannot read the table \(EgressRuleset.table): nft: \(result.error.trimmingCharacters(in: .whitespacesAndNewlines))")
         throw ExitCode(1)
     }
 
-    private static func run(_ arguments: [String], input: String) throws -> (status: Int32, output: String, error: String) {
+    static func listTableJSON() throws -> String? { try listTable(json: true) }
+
+    /// `text` loaded by the same nft in a throwaway network namespace (`unshare -n`, as root),
+    /// and listed there as JSON: what the live table should list.
+    static func generatedJSON(_ text: String) throws -> String {
+        let nft = try executable()
+        guard let unshare = findExecutable("unshare") else {
+            printError("pinproxy egress: unshare is not installed (util-linux): cannot compare the live rules")
+            throw ExitCode(1)
+        }
+        let script = #""$0" -f - >/dev/null && exec "$0" -j list table \#(EgressRuleset.table)"#
+        let result = try runChild(unshare, ["--net", "--", "/bin/sh", "-c", script, nft], input: text)
+        guard result.status == 0 else {
+            printError("pinproxy egress: cannot load the generated ruleset in a throwaway network namespace (run as root): \(result.error.trimmingCharacters(in: .whitespacesAndNewlines))")
+            throw ExitCode(1)
+        }
+        return result.output
+    }
+
+    private static func executable() throws -> String {
         guard let executable = findExecutable("nft") else {
             printError("pinproxy egress: nft is not installed (apt-get install nftables)")
             throw ExitCode(1)
         }
-        return try runChild(executable, arguments, input: input)
+        return executable
+    }
+
+    private static func run(_ arguments: [String], input: String) throws -> (status: Int32, output: String, error: String) {
+        try runChild(try executable(), arguments, input: input)
     }
 }

@@ -106,7 +106,8 @@ struct EvaluateCommand: ParsableCommand {
         if !verdict.allowsConnection { throw ExitCode(1) }
     }
 
-    /// The client the `--client` selectors describe together: `unknown` or `remote` alone, or
+    /// The client the `--client` selectors describe together: `unknown` or `remote` alone, a
+    /// forwarded client from the first address of a `net:` network alone (`net:172.17.0.5/32`), or
     /// a local client with a uid (from `uid:` or `user:`) and any of `exe:` and `unit:`.
     static func identity(_ selectors: [String]) throws -> ClientIdentity {
         var uid: UInt32?
@@ -119,6 +120,9 @@ struct EvaluateCommand: ParsableCommand {
             case .success(.unknown), .success(.remote):
                 guard selectors.count == 1 else { throw ValidationError("--client \(selector) stands alone: an unknown or remote client has no uid, unit or program") }
                 return selector == "remote" ? .remote : .unknown(why: "--client unknown")
+            case .success(.network(let network)):
+                guard selectors.count == 1 else { throw ValidationError("--client \(selector) stands alone: a forwarded client has no uid, unit or program") }
+                return .forwarded(network.prefix)
             case .success(.uid(let number)):
                 uid = number
                 if case .found(let name) = UserDatabase.name(ofUID: number) { user = name }

@@ -93,9 +93,9 @@ final class CaptureConfigTests: XCTestCase {
 
     static let users: [String: UInt32] = ["pinproxy": 998, "root": 0]
 
-    func ruleset(_ text: String) throws -> EgressRuleset {
+    func ruleset(_ text: String, ipv6Available: Bool = true) throws -> EgressRuleset {
         let config = try pki.loadConfig(text)
-        return try EgressRuleset(capture: config.capture, transparentListen: config.proxy.transparentListen, uid: { Self.users[$0] })
+        return try EgressRuleset(capture: config.capture, transparentListen: config.proxy.transparentListen, ipv6Available: ipv6Available, uid: { Self.users[$0] })
     }
 
     func testRulesetForTheDefaults() throws {
@@ -161,13 +161,63 @@ final class CaptureConfigTests: XCTestCase {
         }
     }
 
-    func testFingerprintIsReadBackFromTheListing() throws {
-        let rules = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n")
-        let listing = "table inet pinproxy {\n\tcomment \"pinproxy egress lock \(rules.fingerprint)\"\n\tchain capture_tcp {\n\t}\n}\n"
-        XCTAssertEqual(EgressRuleset.fingerprint(inListing: listing), rules.fingerprint)
-        XCTAssertNil(EgressRuleset.fingerprint(inListing: "table inet pinproxy {\n}\n"))
-        let other = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:3129\", \"[::1]:3129\"]\n[capture]\nlocal = true\n")
+    func testFingerprintChangesWithTheRules() throws {
+        let rules = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n")
+        let other = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n[capture]\nlocal = true\n")
         XCTAssertNotEqual(other.fingerprint, rules.fingerprint)
+    }
+
+    /// Where [::1] cannot be bound, the IPv6 listener may be left out: IPv6 to the capture ports
+    /// is rejected (TCP and UDP), after the same exemptions, so enabling IPv6 opens no hole.
+    func testWithoutIPv6TheRulesetRejectsIPv6() throws {
+        let text = "[proxy]\ntransparent_listen = [\"127.0.0.1:8\"]\n[capture]\nports = [443, 8443]\n"
+        XCTAssertThrowsError(try ruleset(text, ipv6Available: true))
+        let rules = try ruleset(text, ipv6Available: false)
+        XCTAssertNil(rules.ipv6Port)
+        XCTAssertFalse(rules.text.contains("redirect to :8\n\t\tmeta nfproto ipv6"), rules.text)
+        XCTAssertTrue(rules.text.contains("""
+            \tchain block_ipv6 {
+            \t\ttype filter hook output priority 0; policy accept;
+            \t\tmeta skuid 998 return
+            \t\tfib daddr type local return
+            \t\tmeta nfproto ipv6 tcp dport { 443, 8443 } reject with tcp reset
+            \t\tmeta nfproto ipv6 udp dport { 443, 8443 } reject
+            \t}
+
+            """), rules.text)
+        XCTAssertEqual(rules.summary, "tcp 443,8443 to 127.0.0.1:8; IPv6 to 443,8443 rejected (IPv6 is off on this host); udp 443,8443 rejected; this host's own addresses not captured; exempt: pinproxy (uid 998)")
+        XCTAssertEqual(rules.listenerAddresses.map(\.description), ["127.0.0.1:8"])
+        // A [::1] listener in the config is not used then (the daemon cannot bind it either).
+        let both = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n", ipv6Available: false)
+        XCTAssertTrue(both.text.contains("block_ipv6"), both.text)
+        XCTAssertEqual(both.listenerAddresses.map(\.description), ["127.0.0.1:8"])
+        let available = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n", ipv6Available: true)
+        XCTAssertFalse(available.text.contains("block_ipv6"), available.text)
+        XCTAssertEqual(available.listenerAddresses.map(\.description), ["127.0.0.1:8", "[::1]:8"])
+    }
+
+    /// `egress apply` refuses a transparent port at or above ip_unprivileged_port_start, naming it.
+    func testTransparentPortMustBePrivileged() throws {
+        let rules = try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:3129\"]\n")
+        XCTAssertNil(try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n").privilegeProblem(unprivilegedPortStart: 1024))
+        XCTAssertNil(try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n").privilegeProblem(unprivilegedPortStart: 9))
+        let problem = try XCTUnwrap(rules.privilegeProblem(unprivilegedPortStart: 1024))
+        XCTAssertTrue("\(problem)".hasPrefix("the transparent port 3129 is not privileged here: net.ipv4.ip_unprivileged_port_start = 1024"), "\(problem)")
+        let lowered = try XCTUnwrap(try ruleset("[proxy]\ntransparent_listen = [\"127.0.0.1:8\", \"[::1]:8\"]\n").privilegeProblem(unprivilegedPortStart: 0))
+        XCTAssertTrue("\(lowered)".contains("port 8 is not privileged here: net.ipv4.ip_unprivileged_port_start = 0"), "\(lowered)")
+    }
+
+    /// Two `nft -j` listings of the same rules compare equal whatever their handles and nft's
+    /// header say; a rule less (a flushed chain) does not.
+    func testJSONListingsCompareWithoutHandles() throws {
+        let live = #"{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}, {"table": {"family": "inet", "name": "pinproxy", "handle": 7}}, {"chain": {"family": "inet", "table": "pinproxy", "name": "capture_tcp", "handle": 1, "type": "nat", "hook": "output", "prio": -100, "policy": "accept"}}, {"rule": {"family": "inet", "table": "pinproxy", "chain": "capture_tcp", "handle": 4, "expr": [{"redirect": {"port": 8}}]}}]}"#
+        let generated = #"{"nftables": [{"metainfo": {"version": "1.0.9", "json_schema_version": 1}}, {"table": {"name": "pinproxy", "family": "inet", "handle": 1}}, {"chain": {"family": "inet", "table": "pinproxy", "name": "capture_tcp", "handle": 2, "type": "nat", "hook": "output", "prio": -100, "policy": "accept"}}, {"rule": {"family": "inet", "table": "pinproxy", "chain": "capture_tcp", "handle": 3, "expr": [{"redirect": {"port": 8}}]}}]}"#
+        let flushed = #"{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}, {"table": {"family": "inet", "name": "pinproxy", "handle": 7}}, {"chain": {"family": "inet", "table": "pinproxy", "name": "capture_tcp", "handle": 1, "type": "nat", "hook": "output", "prio": -100, "policy": "accept"}}]}"#
+        let rules = try XCTUnwrap(EgressRuleset.rules(inJSONListing: live))
+        XCTAssertEqual(rules.count, 3)
+        XCTAssertEqual(rules, EgressRuleset.rules(inJSONListing: generated))
+        XCTAssertNotEqual(rules, EgressRuleset.rules(inJSONListing: flushed))
+        XCTAssertNil(EgressRuleset.rules(inJSONListing: "table inet pinproxy {"))
     }
 
     // MARK: Helpers

@@ -189,7 +189,7 @@ final class ClientRulesTests: XCTestCase {
             ("[clients.\"uid:1\"]\nallow = []\nalow = []\n", [(3, #"unknown key clients."uid:1".alow (did you mean "allow"?)"#)]),
             ("[clients.\"uid:1\"]\nallow = [\"not a host\"]\n", [(2, #"clients."uid:1".allow: "not a host" is not a host pattern: a DNS name, "*." followed by a name, or an IP literal"#)]),
             ("[clients.\"uid:1\"]\nenforce = \"no\"\n", [(2, #"clients."uid:1".enforce must be true or false, not a string"#)]),
-            ("[clients.\"gid:1\"]\n", [(1, #"clients."gid:1": not a client selector: use uid:N, user:NAME, exe:/absolute/path, unit:NAME.service, unknown or remote"#)]),
+            ("[clients.\"gid:1\"]\n", [(1, #"clients."gid:1": not a client selector: use uid:N, user:NAME, exe:/absolute/path, unit:NAME.service, net:CIDR, unknown or remote"#)]),
             ("[clients.\"unit:backup\"]\n", [(1, #"clients."unit:backup": unit: takes a system service, such as unit:backup.service (user units are never matched)"#)]),
             ("[clients.\"user:no-such-user-pinproxy\"]\n", [(1, #"clients."user:no-such-user-pinproxy": the user database has no user no-such-user-pinproxy"#)]),
             ("[clients.\"uid:0\"]\n\n[clients.\"user:root\"]\nallow = []\n",

@@ -13,6 +13,11 @@ final class InheritedSocketsTests: XCTestCase {
         XCTAssertEqual(try InheritedSockets.parse(environment: ["LISTEN_PID": "76", "LISTEN_FDS": "2"], pid: 77), [])
         // Not activated at all, or half the protocol.
         XCTAssertEqual(try InheritedSockets.parse(environment: [:], pid: 77), [])
+        // Names: one per descriptor, "unknown" where LISTEN_FDNAMES gives none.
+        XCTAssertEqual(InheritedSockets.names(environment: ["LISTEN_FDNAMES": "proxy:transparent"], count: 2), ["proxy", "transparent"])
+        XCTAssertEqual(InheritedSockets.names(environment: ["LISTEN_FDNAMES": "transparent"], count: 2), ["transparent", "unknown"])
+        XCTAssertEqual(InheritedSockets.names(environment: ["LISTEN_FDNAMES": ":transparent"], count: 2), ["unknown", "transparent"])
+        XCTAssertEqual(InheritedSockets.names(environment: [:], count: 1), ["unknown"])
         XCTAssertEqual(try InheritedSockets.parse(environment: ["LISTEN_FDS": "1"], pid: 77), [])
         XCTAssertEqual(try InheritedSockets.parse(environment: ["LISTEN_PID": "77"], pid: 77), [])
     }
@@ -87,7 +92,7 @@ final class InheritedSocketsTests: XCTestCase {
 
         let descriptors = try InheritedSockets.take()
 
-        XCTAssertEqual(descriptors, [3])
+        XCTAssertEqual(descriptors, [InheritedSocket(fd: 3, name: "proxy")])
         XCTAssertNotEqual(fcntl(3, F_GETFD) & FD_CLOEXEC, 0, "FD_CLOEXEC not set")
         for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
             XCTAssertNil(getenv(name), "\(name) still set")

@@ -7,6 +7,7 @@ final class SystemdFilesTests: XCTestCase {
     private var serviceUnit: String { repositoryRoot + "/systemd/pinproxy.service" }
     private var socketUnit: String { repositoryRoot + "/systemd/pinproxy.socket" }
     private var egressUnit: String { repositoryRoot + "/systemd/pinproxy-egress.service" }
+    private var transparentSockets: [String] { ["pinproxy-transparent.socket", "pinproxy-transparent6.socket"].map { repositoryRoot + "/systemd/" + $0 } }
     private let installedBinary = "/usr/local/bin/pinproxy"
 
     /// The `pinproxy` executable of this build (beside the test bundle), if built.
@@ -39,6 +40,9 @@ final class SystemdFilesTests: XCTestCase {
         let copy = original.replacingOccurrences(of: prefix, with: "ExecStart=\(stand_in) ")
         try copy.write(toFile: directory.path + "/pinproxy.service", atomically: true, encoding: .utf8)
         try FileManager.default.copyItem(atPath: socketUnit, toPath: directory.path + "/pinproxy.socket")
+        for unit in transparentSockets {
+            try FileManager.default.copyItem(atPath: unit, toPath: directory.path + "/" + URL(fileURLWithPath: unit).lastPathComponent)
+        }
         let egress = try String(contentsOfFile: egressUnit, encoding: .utf8)
         XCTAssertEqual(egress.components(separatedBy: "\n").filter { $0.hasPrefix("Exec") && $0.contains("=\(installedBinary) egress ") }.count, 3,
                        "ExecStart, ExecReload and ExecStop must run \(installedBinary) egress")
@@ -46,7 +50,8 @@ final class SystemdFilesTests: XCTestCase {
             .write(toFile: directory.path + "/pinproxy-egress.service", atomically: true, encoding: .utf8)
 
         let result = try runProcess(tool, ["verify", "--man=no", directory.path + "/pinproxy.service",
-                                           directory.path + "/pinproxy.socket", directory.path + "/pinproxy-egress.service"])
+                                           directory.path + "/pinproxy.socket", directory.path + "/pinproxy-egress.service",
+                                           directory.path + "/pinproxy-transparent.socket", directory.path + "/pinproxy-transparent6.socket"])
         let diagnostics = (result.stdout + result.stderr).split(separator: "\n").filter { $0.contains("pinproxy") }
         XCTAssertEqual(result.status, 0, "systemd-analyze verify failed:\n\(result.stdout)\(result.stderr)")
         XCTAssertEqual(diagnostics, [], "systemd-analyze verify complained about the units")
@@ -121,6 +126,25 @@ final class SystemdFilesTests: XCTestCase {
         for forbidden in ["PartOf=", "BindsTo=", "Requires=", "User=", "DynamicUser="] {
             XCTAssertFalse(settings.contains { $0.hasPrefix(forbidden) }, "pinproxy-egress.service must not set \(forbidden)")
         }
+    }
+
+    /// The transparent listeners: one socket unit per family (one address that cannot be bound
+    /// fails a whole socket unit), on the privileged port 8, named "transparent" for pinproxy,
+    /// never joinable (no ReusePort=); the service itself holds no capability to bind it.
+    func testTransparentSocketUnits() throws {
+        for (unit, address) in zip(transparentSockets, ["127.0.0.1:8", "[::1]:8"]) {
+            let settings = try String(contentsOfFile: unit, encoding: .utf8).split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") && $0.contains("=") }
+            XCTAssertEqual(settings.filter { $0.hasPrefix("ListenStream=") }, ["ListenStream=\(address)"], unit)
+            for required in ["FileDescriptorName=transparent", "Service=pinproxy.service", "WantedBy=sockets.target"] {
+                XCTAssertTrue(settings.contains(required), "\(unit) lacks \(required)")
+            }
+            XCTAssertFalse(settings.contains { $0.hasPrefix("ReusePort=") }, "\(unit) must not set ReusePort=")
+        }
+        let service = try String(contentsOfFile: serviceUnit, encoding: .utf8).split(separator: "\n").map(String.init)
+        XCTAssertTrue(service.contains("CapabilityBoundingSet="), "pinproxy.service must drop every capability")
+        XCTAssertEqual(service.filter { $0.hasPrefix("AmbientCapabilities=") }, ["AmbientCapabilities="])
+        let egress = try String(contentsOfFile: egressUnit, encoding: .utf8).split(separator: "\n").map(String.init)
+        XCTAssertTrue(egress.contains("Wants=pinproxy-transparent.socket pinproxy-transparent6.socket"))
     }
 
     /// scripts/install.sh into a staging DESTDIR, with this build's binary (no release build,

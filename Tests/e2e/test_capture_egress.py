@@ -41,7 +41,7 @@ def test_print_passes_nft_check_and_names_what_it_captures(capture, pki):
     proxy = capture.proxy(start=False)
     p = proxy.egress("print")
     assert p.returncode == 0, p.stderr
-    assert "table inet pinproxy {" in p.stdout and "redirect to :3129" in p.stdout, p.stdout
+    assert "table inet pinproxy {" in p.stdout and f"redirect to :{TRANSPARENT_PORT}" in p.stdout, p.stdout
     checked = capture.ns.run("nft", "-c", "-f", "-", input=p.stdout)
     assert checked.returncode == 0, f"nft -c -f rejects the printed ruleset:\n{checked.stderr}\n{p.stdout}"
     assert capture.ns.ruleset() == "", "nft -c changed the ruleset"
@@ -57,19 +57,27 @@ def test_apply_twice_then_remove_leaves_the_ruleset_as_before(capture, pki):
     for _ in range(2):
         p = proxy.egress("apply")
         assert p.returncode == 0, p.stderr
-        assert p.stdout.startswith("egress lock: on: tcp 443 to 127.0.0.1:3129 and [::1]:3129; udp 443 rejected"), p.stdout
+        assert p.stdout.startswith("egress lock: on: tcp 443 to 127.0.0.1:8 and [::1]:8; udp 443 rejected"), p.stdout
     listing = capture.ns.ruleset()
     assert listing.count("table inet pinproxy") == 1, listing
     assert "table inet someone_else" in listing, listing
+    summary = "egress lock: on: tcp 443 to 127.0.0.1:8 and [::1]:8; udp 443 rejected; this host's own addresses captured too; exempt: root (uid 0)\n"
+    # On, but nothing listens: broken (exit 4), and it says what that means.
     status = proxy.egress("status")
-    assert status.returncode == 0, status.stderr
-    assert status.stdout == "egress lock: on: tcp 443 to 127.0.0.1:3129 and [::1]:3129; udp 443 rejected; this host's own addresses captured too; exempt: root (uid 0)\n", status.stdout
+    assert status.returncode == 4, f"{status.stdout}{status.stderr}"
+    assert status.stdout == summary + "".join(
+        f"listener {a}: nothing listens: lock on, daemon down: HTTPS from this host fails\n" for a in ("127.0.0.1:8", "[::1]:8")), status.stdout
+    proxy.start()
+    status = proxy.egress("status")
+    assert status.returncode == 0, f"{status.stdout}{status.stderr}"
+    assert status.stdout == summary + "".join(f"listener {a}: pinproxy (pid {proxy.pid})\n" for a in ("127.0.0.1:8", "[::1]:8")), status.stdout
 
-    # The live table is not what another config says: status shows it and says so.
+    # The live table is not what another config says: status shows it and says so (exit 4).
     proxy.capture["local"] = False
     proxy.write_config()
     status = proxy.egress("status")
-    assert status.returncode == 0 and "not as" in status.stdout and "meta skuid 0 return" in status.stdout, status.stdout
+    assert status.returncode == 4 and "its rules are not what" in status.stdout and "meta skuid 0 return" in status.stdout, status.stdout
+    proxy.stop()
 
     for _ in range(2):
         p = proxy.egress("remove")

@@ -219,7 +219,7 @@ def test_prerm_stops_the_egress_lock_then_the_daemon_and_nothing_on_upgrade(main
     code, calls, _, err = maintainer("prerm", "remove")
     assert code == 0, err
     assert calls == ["deb-systemd-invoke stop pinproxy-egress.service",
-                     "deb-systemd-invoke stop pinproxy.service pinproxy.socket"], calls
+                     "deb-systemd-invoke stop pinproxy.service pinproxy.socket pinproxy-transparent.socket pinproxy-transparent6.socket"], calls
     code, calls, _, err = maintainer("prerm", "upgrade", "0.2.1-1")
     assert code == 0 and calls == [], (calls, err)
 
@@ -241,6 +241,6 @@ def test_postrm_purge_deletes_the_ca_and_says_clients_still_trust_it(maintainer)
     assert code == 0, err
     assert "left: \n" in out, out  # nothing of pinproxy's left in /var/lib
     assert "deleted the local CA in /var/lib/pinproxy" in err and "still do" in err, err
-    assert "deb-systemd-helper purge pinproxy.service pinproxy.socket pinproxy-egress.service" in calls, calls
+    assert "deb-systemd-helper purge pinproxy.service pinproxy.socket pinproxy-egress.service pinproxy-transparent.socket pinproxy-transparent6.socket" in calls, calls
     code, _, out, err = maintainer("postrm", "remove", prepare=prepare)  # remove keeps the CA
     assert code == 0 and "ca.key" in out and "deleted" not in err, (out, err)

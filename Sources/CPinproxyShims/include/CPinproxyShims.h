@@ -94,4 +94,8 @@ int pp_SO_ORIGINAL_DST(void);
 int pp_IP6T_SO_ORIGINAL_DST(void);
 
 
+// Removes one capability from the calling thread's effective, permitted, inheritable and ambient
+// sets (capset(2) and PR_CAP_AMBIENT have no glibc wrapper without libcap): 0, or -1 and errno.
+int pp_drop_capability(int capability);
+
 #endif

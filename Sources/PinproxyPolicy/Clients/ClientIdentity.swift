@@ -1,3 +1,5 @@
+import PinproxyCore
+
 /// Who is at the other end of a client connection: what the kernel records for the client's
 /// socket, never anything the client sends.
 public enum ClientIdentity: Sendable, Equatable, CustomStringConvertible {
@@ -6,21 +8,28 @@ public enum ClientIdentity: Sendable, Equatable, CustomStringConvertible {
     /// The peer is one of this host's addresses, but its socket was not found, is not
     /// established, or no process holds it any more; `why` says which.
     case unknown(why: String)
-    /// The peer is not one of this host's addresses: nothing was looked up.
+    /// The peer is not one of this host's addresses and connected to a listener directly:
+    /// nothing was looked up.
     case remote
     /// A process on this host owns the client's socket, but a part of who it is (its unit)
     /// could not be looked up; `missing` says which and why. Fail closed: it answers to the
     /// sections its known parts match and to `[clients."unknown"]` together (`ClientPolicy.decide`).
     case partlyKnown(LocalClient, missing: String)
 
-    /// `uid=1000 user=alice unit=backup.service exe=/usr/bin/git`, `unknown (why)`, `remote`, or
-    /// `uid=1000 user=alice unknown (why)` for a partly known client.
+    /// The peer is not one of this host's addresses and this host forwards its traffic: the
+    /// egress lock redirected it from a `forward_interfaces` interface (a container, a VM, a
+    /// LAN behind the host). Known by its source address only (`net:` sections).
+    case forwarded(IPAddress)
+
+    /// `uid=1000 user=alice unit=backup.service exe=/usr/bin/git`, `unknown (why)`, `remote`,
+    /// `uid=1000 user=alice unknown (why)` for a partly known client, or `forwarded from 172.17.0.2`.
     public var description: String {
         switch self {
         case .local(let client): return client.description
         case .unknown(let why): return "unknown (\(why))"
         case .remote: return "remote"
         case .partlyKnown(let client, let missing): return "\(client) unknown (\(missing))"
+        case .forwarded(let address): return "forwarded from \(address)"
         }
     }
 
@@ -28,7 +37,7 @@ public enum ClientIdentity: Sendable, Equatable, CustomStringConvertible {
     public var isUnknown: Bool {
         switch self {
         case .unknown, .partlyKnown: true
-        case .local, .remote: false
+        case .local, .remote, .forwarded: false
         }
     }
 }

@@ -33,6 +33,13 @@ public struct ClientDecision: Sendable, Equatable {
 
     public static let noSectionLabel = "none"
 
+    /// The `net:` sections that matched, joined with `,` (the `client_net` log field); nil
+    /// when none did.
+    public var networkSections: String? {
+        let networks = sections.filter { $0.hasPrefix(ClientSelectorText.networkPrefix) }
+        return networks.isEmpty ? nil : networks.joined(separator: ",")
+    }
+
 }
 
 /// The narrowing `[clients]` applies: pure, the identity and the rules in, a decision out. The
@@ -47,7 +54,8 @@ public enum ClientPolicy {
     ///   answers to `[clients."unknown"]`, which stands for the part not known (without one it is
     ///   refused), and to every section it may belong to: those its known parts match (`uid:`,
     ///   `user:`, `exe:`) and every `unit:` section, since it may be in any unit. A `remote` client matches only `[clients."remote"]`;
-    ///   without one it gets the host table.
+    ///   without one it gets the host table. A `forwarded` client matches only the `net:`
+    ///   sections whose network holds its address; without one it gets the host table.
     /// - A refusal by sections that all say `enforce = false` is report-only; one enforcing
     ///   section that refuses makes it a refusal.
     public static func decide(host: TargetHost, identity: ClientIdentity, rules: ClientRules) -> ClientDecision {

@@ -7,8 +7,11 @@ public enum ClientSelector: Hashable, Sendable {
     case unit(String)
     case unknown
     case remote
+    /// `net:CIDR`: forwarded clients whose source address lies in the network.
+    case network(ClientNetwork)
 
-    /// Whether a client with `identity` is what this selector names.
+    /// Whether a client with `identity` is what this selector names. A forwarded client is
+    /// named by `net:` sections only: it is not `remote`, and it has no uid, unit or program.
     public func matches(_ identity: ClientIdentity) -> Bool {
         switch (self, identity) {
         case (.uid(let uid), .local(let client)), (.user(_, let uid), .local(let client)),
@@ -19,7 +22,8 @@ public enum ClientSelector: Hashable, Sendable {
         case (.unit(let unit), .partlyKnown(let client, _)): return client.unit.map { $0 == unit } ?? true
         // What is not known of a partly known client answers to the unknown clients' section.
         case (.unknown, .unknown), (.unknown, .partlyKnown), (.remote, .remote): return true
-        case (.uid, _), (.user, _), (.exe, _), (.unit, _), (.unknown, _), (.remote, _): return false
+        case (.network(let network), .forwarded(let address)): return network.contains(address)
+        case (.uid, _), (.user, _), (.exe, _), (.unit, _), (.unknown, _), (.remote, _), (.network, _): return false
         }
     }
 }

@@ -11,6 +11,11 @@ public enum ClientSelectorText: Sendable, Equatable {
     case unit(String)
     case unknown
     case remote
+    /// `net:CIDR`: forwarded clients from that network.
+    case network(ClientNetwork)
+
+    /// What a `net:` selector starts with.
+    public static let networkPrefix = "net:"
 
     /// The selector written as `key`, or why it is not one.
     public static func parse(_ key: String) -> Result<ClientSelectorText, ClientSelectorError> {
@@ -43,8 +48,10 @@ public enum ClientSelectorText: Sendable, Equatable {
                 return .failure(.init("unit: takes a system service, such as unit:backup.service (user units are never matched)"))
             }
             return .success(.unit(value))
+        case "net":
+            return ClientNetwork.parse(value).map { ClientSelectorText.network($0) }
         default:
-            return .failure(.init("not a client selector: use uid:N, user:NAME, exe:/absolute/path, unit:NAME.service, unknown or remote"))
+            return .failure(.init("not a client selector: use uid:N, user:NAME, exe:/absolute/path, unit:NAME.service, net:CIDR, unknown or remote"))
         }
     }
 }
@@ -154,6 +161,7 @@ enum ClientRulesCheck {
             case .unit(let unit): selector = .unit(unit)
             case .unknown: selector = .unknown
             case .remote: selector = .remote
+            case .network(let network): selector = .network(network)
             }
             switch selector {
             case .uid(let uid), .user(_, let uid):
@@ -162,7 +170,7 @@ enum ClientRulesCheck {
                     continue
                 }
                 byUID[uid] = section
-            case .exe, .unit, .unknown, .remote:
+            case .exe, .unit, .unknown, .remote, .network:
                 break
             }
             sections.append(ClientSection(selector: selector, key: section.key, line: section.line, allow: section.allow,

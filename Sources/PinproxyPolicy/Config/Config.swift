@@ -133,6 +133,9 @@ public struct CaptureSettings: Sendable, Equatable {
     @Declared(.capture, "block_quic") public var blockQUIC: Bool
     /// Users whose processes go out uncaptured: pinproxy's own user, at least.
     @Declared(.capture, "exempt_users") public var exemptUsers: [String]
+    /// Interfaces whose forwarded traffic is captured too (containers' bridges): exact names,
+    /// or a prefix and a trailing `*`.
+    @Declared(.capture, "forward_interfaces") public var forwardInterfaces: [String]
     /// Whether the config has a `[capture]` table (the defaults apply otherwise).
     public var isWritten = false
 

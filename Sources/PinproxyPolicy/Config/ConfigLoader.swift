@@ -221,6 +221,9 @@ private struct Load {
         if proxy.transparentListen.isEmpty && capture.isWritten && !capture.ports.isEmpty {
             found.append(.warning(["capture"], "[capture] names ports, but proxy.transparent_listen is empty: `pinproxy egress apply` has no listener to redirect them to"))
         }
+        if !capture.forwardInterfaces.isEmpty && !proxy.transparentListen.contains(where: { $0.address == IPAddress("0.0.0.0") }) {
+            found.append(.error(["capture", "forward_interfaces"], "capture.forward_interfaces needs proxy.transparent_listen on the wildcard addresses (\"0.0.0.0:PORT\" and \"[::]:PORT\", the privileged port): `redirect` in prerouting delivers a forwarded connection to the address of the interface it arrives on, never to loopback"))
+        }
         if !proxy.transparentListen.isEmpty && capture.exemptUsers.isEmpty {
             found.append(.warning(["capture", "exempt_users"], "capture.exempt_users is empty: under the egress lock pinproxy's own upstream connections are captured too, and refused (capture-loop)"))
         }

@@ -16,8 +16,8 @@ enum ConfigSchema {
             $0.listenAddresses($1, $2, allowEmpty: false)
         }.restartOnly(\.listen),
         .init("transparent_listen", .proxy, .strings, \.transparentListen, default: [], shown: .unset("none"), values: "list of IP:PORT",
-              example: #"["127.0.0.1:3129", "[::1]:3129"]"#,
-              doc: "the egress lock's listener ([deployment.md](deployment.md#enforce-for-every-process))") {
+              example: #"["127.0.0.1:8", "[::1]:8"]"#,
+              doc: "the egress lock's listener ([deployment.md](deployment.md#enforce-for-every-process)): one 127.0.0.1 and one [::1] address (the [::1] one may be left out where IPv6 is off), on a privileged port so that no other user can take it; under systemd `pinproxy-transparent.socket` binds it, else pinproxy needs `CAP_NET_BIND_SERVICE`; with `forward_interfaces`, 0.0.0.0:8 and [::]:8") {
             $0.listenAddresses($1, $2, allowEmpty: true)
         }.restartOnly(\.transparentListen),
         .nonEmptyString("ca_dir", .proxy, \.caDirectory,
@@ -98,6 +98,14 @@ enum ConfigSchema {
             guard let names = decoder.strings(value, keyPath) else { return nil }
             for name in names where !ConfigDecoder.isUserName(name) {
                 decoder.error(keyPath, element: name, "capture.exempt_users: \"\(name)\" is not a user name (letters, digits, \"_\", \"-\" and \".\", not starting with \"-\")")
+            }
+            return names
+        }.appliedByEgress(),
+        .init("forward_interfaces", .capture, .strings, \.forwardInterfaces, default: [], values: "list of interface names, or a prefix and `*`",
+              doc: "TCP to the ports forwarded from these (containers' bridges) is captured too") { decoder, value, keyPath in
+            guard let names = decoder.strings(value, keyPath) else { return nil }
+            for name in names {
+                if let problem = ForwardInterface.problem(name) { decoder.error(keyPath, element: name, "capture.forward_interfaces: \(problem)") }
             }
             return names
         }.appliedByEgress(),
