@@ -112,7 +112,7 @@ struct DiagnoseCommand: ParsableCommand {
         printChecks(verdict, entry: entry, negotiated: handshake.version, config: source)
         print("")
         print(try SuggestedEntry(host: host, port: port, chain: handshake.chain, entry: entry, verdict: verdict,
-                                 allowPorts: loaded.proxy.allowPorts).render())
+                                 allowPorts: loaded.proxy.allowPorts, config: source == .embedded ? nil : loaded).render())
         if !verdict.allowsConnection { throw ExitCode(1) }
     }
 

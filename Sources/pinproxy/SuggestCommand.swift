@@ -23,6 +23,9 @@ struct SuggestCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Only hosts this pattern matches (an exact name, *.NAME or an IP literal).", valueName: "PATTERN"))
     var host: String?
 
+    @Option(name: .long, help: ArgumentHelp("The config whose entries the blocks replace: each block keeps its entry's trust, ports and other keys. " + ConfigSource.help, valueName: "FILE"))
+    var config: String?
+
     @Argument(help: ArgumentHelp("Log files; standard input when none is given.", valueName: "FILE"))
     var files: [String] = []
 
@@ -32,6 +35,13 @@ struct SuggestCommand: ParsableCommand {
     }
 
     func run() throws {
+        let source = ConfigSource.resolve(config)
+        source.announce(option: config)
+        let loaded: Config
+        do { loaded = try source.load() } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            throw ExitCode(2)
+        }
         var suggestion = PolicySuggestion()
         var lines = 0
         func read(_ handle: FileHandle, name: String) throws {
@@ -73,7 +83,9 @@ struct SuggestCommand: ParsableCommand {
         }
         for host in hosts {
             print("")
-            print(PolicySuggestion.render(host))
+            // On the built-in default there is no entry to keep: only the ports seen.
+            let entry = source == .embedded ? nil : TargetHost(host.name).map { loaded.policies.lookup($0) }
+            print(PolicySuggestion.render(host, entry: entry, allowPorts: loaded.proxy.allowPorts))
         }
         if hosts.isEmpty { throw ExitCode(1) }
     }

@@ -3,9 +3,9 @@ import PinproxyInterop
 import PinproxyPolicy
 
 /// The block `diagnose` suggests for HOST: the entry that applied to it, complete (its trust,
-/// host check, ports, TLS floor, revocation, custom check, report-only), pinned to the keys of
-/// the chain the server just sent. Pasted in place of that entry (or as a new one), it passes
-/// `check` and allows that server.
+/// host check, ports, TLS floor, revocation, custom check, report-only), pinned so that it
+/// survives a renewal (the leaf's key and its issuing CA's, even where that CA is the anchor).
+/// Pasted in place of that entry (or as a new one), it passes `check` and allows that server.
 struct SuggestedEntry {
     let host: TargetHost
     let port: UInt16
@@ -14,36 +14,101 @@ struct SuggestedEntry {
     let verdict: Verdict
     /// The ports a host entry without `ports` gets (`proxy.allow_ports`).
     let allowPorts: Set<UInt16>
+    /// The config read (nil: the built-in default): its anchors are searched for the issuer of
+    /// a chain that the entry cannot verify.
+    let config: Config?
 
     func render() throws -> String {
         let policy = entry.policy
         var before: [String] = [entry.pattern == nil ? "# a new entry: only [default] applied to this host"
                                                      : "# replaces \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "")]
-        before += try trustLines()
-        if !policy.validateHost { before.append("validate_host = false") }
-        var after: [String] = []
-        let ports = policy.ports.union([port])
-        if ports != allowPorts { after.append("ports = [\(ports.sorted().map(String.init).joined(separator: ", "))]") }
-        if policy.minTLS != .v1_2 { after.append("min_tls = \(Self.quoted(policy.minTLS.rawValue))") }
-        if case .off = policy.revocation {} else { after.append("revocation = \(Self.quoted(policy.revocation.name))") }
-        if let crls = entry.written.crls { after.append("crls = \(Self.list(crls))") }
-        if !policy.requireWebPKIProfile { after.append("require_web_pki_profile = false") }
-        if let command = policy.verifyCommand { after.append("verify_command = \(Self.list(command))") }
-        if policy.includeSubdomains, entry.pattern?.description == host.description { after.append("include_subdomains = true") }
-        if !policy.enforce { after.append("enforce = false") }
-        return PinCommand.hostBlock(host: host, chain: chain, before: before, after: after)
+        let proposal = try trustProposal()
+        before += proposal.lines
+        let keys = Self.otherKeys(of: entry, host: host, ports: policy.ports.union([port]), allowPorts: allowPorts, keepEnforce: true)
+        return PinCommand.hostBlock(host: host, path: proposal.path, before: before + keys.before, after: keys.after)
     }
 
-    /// The entry's own `trust`, unless the chain does not verify to it (or the entry's anchors
-    /// are its pinned certificates, which the new pins replace): then the anchor the chain needs.
-    func trustLines() throws -> [String] {
-        let anchorNeeded = { try PinCommand.trustLines(for: chain, host: host, saveAnchor: nil) }
-        if verdict.failures.contains(where: { $0.reason == .untrustedChain }) { return try anchorNeeded() }
+    /// The keys of `entry` a block that replaces it keeps, besides `trust` and its pins: those
+    /// written before the pins (`validate_host`) and after them (`ports`, `min_tls`, ...).
+    /// `ports` are the ones the block needs; `enforce = false` is kept only if `keepEnforce`.
+    static func otherKeys(of entry: PolicyEntry, host: TargetHost, ports: Set<UInt16>, allowPorts: Set<UInt16>,
+                          keepEnforce: Bool) -> (before: [String], after: [String]) {
+        let policy = entry.policy
+        var before: [String] = []
+        if !policy.validateHost { before.append("validate_host = false") }
+        var after: [String] = []
+        if ports != allowPorts { after.append("ports = [\(ports.sorted().map(String.init).joined(separator: ", "))]") }
+        if policy.minTLS != .v1_2 { after.append("min_tls = \(quoted(policy.minTLS.rawValue))") }
+        if case .off = policy.revocation {} else { after.append("revocation = \(quoted(policy.revocation.name))") }
+        if let crls = entry.written.crls { after.append("crls = \(list(crls))") }
+        if !policy.requireWebPKIProfile { after.append("require_web_pki_profile = false") }
+        if let command = policy.verifyCommand { after.append("verify_command = \(list(command))") }
+        if policy.includeSubdomains, entry.pattern?.description == host.description { after.append("include_subdomains = true") }
+        if keepEnforce && !policy.enforce { after.append("enforce = false") }
+        return (before, after)
+    }
+
+    /// The `trust` lines of the block and the path its pins come from (leaf first).
+    /// The entry's own `trust` and the path it verified, unless the chain does not verify to
+    /// it (or the entry's anchors are its pinned certificates, which the new pins replace):
+    /// then an anchor the config or the system store already has, where one issued the chain
+    /// as sent; else the top CA certificate the server sent (never a leaf that is not
+    /// self-signed).
+    func trustProposal() throws -> (lines: [String], path: [Certificate]) {
+        var own: [String] = []
+        var pinnedAnchors = false
         switch entry.policy.trust {
-        case .pinned: return try anchorNeeded()
-        case .system: return []
-        case .none: return ["trust = \"none\""]
-        case .anchors, .systemAndListed: return entry.written.trust.map { ["trust = \(Self.list($0))"] } ?? []
+        case .pinned: pinnedAnchors = true
+        case .system: break
+        case .none: own = ["trust = \"none\""]
+        case .anchors, .systemAndListed: own = entry.written.trust.map { ["trust = \(Self.list($0))"] } ?? []
+        }
+        let untrusted = verdict.failures.contains { $0.reason == .untrustedChain }
+        if !untrusted && !pinnedAnchors { return (own, verdict.verifiedPath ?? chain) }
+        if let known = try knownAnchor() { return known }
+        let lines = try PinCommand.trustLines(for: chain, host: host, saveAnchor: nil)
+        // No anchor to propose (a leaf sent alone, not self-signed): the entry's own trust stays.
+        let proposesAnchor = lines.contains { $0.hasPrefix("trust = ") }
+        return (proposesAnchor || pinnedAnchors ? lines : lines + own, chain)
+    }
+
+    /// The system store, or an anchor that the config's entries already list, to which the chain
+    /// as sent verifies: the `trust` line naming it (none for the system store) and the path.
+    func knownAnchor() throws -> (lines: [String], path: [Certificate])? {
+        guard let leaf = chain.first else { return nil }
+        let intermediates = Array(chain.dropFirst())
+        let now = Date()
+        let system = try TrustStore.system().verify(leaf: leaf, intermediates: intermediates, at: now)
+        if system.isVerified {
+            return ([], system.chain)
+        }
+        guard let config else { return nil }
+        let directory = URL(fileURLWithPath: config.path).deletingLastPathComponent().path
+        var tried: Set<String> = []
+        for candidate in [config.policies.defaultEntry] + config.policies.entries {
+            for file in candidate.written.trust ?? [] where file != "system" && tried.insert(file).inserted {
+                let anchors = Self.certificates(at: file.hasPrefix("/") ? file : directory + "/" + file)
+                guard !anchors.isEmpty else { continue }
+                let verified = try TrustStore(anchors: anchors).verify(leaf: leaf, intermediates: intermediates, at: now)
+                guard verified.isVerified, let anchor = verified.chain.last else { continue }
+                return (["# the chain as sent verifies to an anchor this config already lists (in \(candidate.name)" +
+                         (candidate.line > 0 ? ", line \(candidate.line)" : "") + "): \(anchor.subject)",
+                         "trust = \(Self.list([file]))"], verified.chain)
+            }
+        }
+        return nil
+    }
+
+    /// The certificates of a `trust` file (or of the certificate files of a directory); none
+    /// where it cannot be read.
+    static func certificates(at path: String) -> [Certificate] {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return [] }
+        let files = isDirectory.boolValue
+            ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { path + "/" + $0 }
+            : [path]
+        return files.flatMap { file in
+            FileManager.default.contents(atPath: file).flatMap { try? Certificate.parseAll([UInt8]($0)) } ?? []
         }
     }
 

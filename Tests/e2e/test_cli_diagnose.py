@@ -193,3 +193,61 @@ def test_a_block_for_a_chain_the_entry_cannot_verify_names_the_anchor_it_needs(p
     block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
     assert "# anchor: the root the server presented: CN=pinproxy test root A" in block, block
     assert 'trust = ["api.test-anchor.pem"]' in block and "root-b.pem" not in block, block
+
+
+def test_a_missing_intermediate_gets_the_anchor_the_config_already_has(pinproxy, pki, make_proxy):
+    """The case of issue 33: the server sends its leaf alone; the config lists its issuer (the
+    intermediate) as the anchor of three other entries. The block proposes that anchor file as the
+    config writes it, never the leaf, pins the issuer's key beside the leaf's, passes check without
+    a warning, and the daemon allows the server with it."""
+    o = originlib.TLSOrigin(pki.path("api.pem"), pki.path("api.key"), name="d-noint")
+    try:
+        others = {name: {"trust": ["int-a.pem"]} for name in ("one.test", "two.test", "three.test")}
+        p = make_proxy(start=False, proxy={"allow_ports": [443]},
+                       hosts={**others, API: {"trust": ["root-a.pem"], "ports": [o.port]}})
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--config", p.config_path)
+        assert r.returncode == 1 and "verdict: refuse: untrusted-chain" in r.stdout, r
+        assert "was not sent" in r.stdout, r.stdout
+        block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
+        assert "the leaf itself" not in block and "anchor.pem" not in block, block
+        assert 'trust = ["int-a.pem"]' in block, block
+        assert "already lists" in block and "CN=pinproxy test intermediate A" in block, block
+        assert pki.spki("api") in block and pki.spki("int-a") in block and "BACKUP PIN NEEDED" not in block, block
+        header = re.search(rf'^\[hosts\."{re.escape(API)}"\]\n(?:[^\[\n].*\n|\n)*', p.config_text, re.M)
+        p.write_config(p.config_text[:header.start()] + block + "\n" + p.config_text[header.end():])
+        check = subprocess.run([str(pinproxy), "check", "--config", str(p.config_path)], capture_output=True, text=True,
+                               timeout=60)
+        assert check.returncode == 0 and "warnings: 0" in check.stdout, (check, p.config_text)
+        p.start()
+        with Tunnel(p, API, o.port) as t:
+            assert t.get("/small")[0] == 200, p.describe()
+    finally:
+        o.close()
+
+
+def test_a_leaf_sent_alone_is_never_proposed_as_its_own_anchor(pinproxy, pki, tmp_path):
+    """Neither the config nor the system store has the issuer of a leaf sent alone: no anchor is
+    proposed (the leaf is not self-signed), the entry keeps its trust line, and the pin set of the
+    leaf alone carries the marked backup slot."""
+    o = originlib.TLSOrigin(pki.path("api.pem"), pki.path("api.key"), name="d-leafalone")
+    try:
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--config", config(tmp_path, pki, port=o.port))
+    finally:
+        o.close()
+    assert r.returncode == 1, r
+    block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
+    assert "the leaf itself" not in block and "anchor.pem" not in block, block
+    assert "no anchor proposed: the server sent its leaf alone, and a leaf that is not self-signed is no anchor" in block, block
+    assert f'trust = ["{pki.path("root-a.pem")}"]' in block, block
+    assert "BACKUP PIN NEEDED" in block, block
+
+
+def test_a_self_signed_leaf_may_be_its_own_anchor(pinproxy, pki, tmp_path):
+    o = originlib.TLSOrigin(pki.path("self.pem"), pki.path("self.key"), name="d-self")
+    try:
+        r = diagnose(pinproxy, f"self.test:{o.port}", "--connect-to", "127.0.0.1")
+    finally:
+        o.close()
+    block = r.stdout[r.stdout.index('[hosts."self.test"]'):]
+    assert "# anchor: the leaf itself (self-signed" in block and 'trust = ["self.test-anchor.pem"]' in block, block
+    assert "BACKUP PIN NEEDED" in block, block
