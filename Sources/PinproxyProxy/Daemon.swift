@@ -227,7 +227,7 @@ public final class Daemon {
                 if !restartOnly.isEmpty {
                     let detail = "\(restartOnly.joined(separator: ", ")) changed: restart-only settings, they take effect at the next start"
                     shared.log.emit(.warning, "reload", [(.detail, detail)])
-                    result.warnings.append("\(configPath): warning: \(detail)")
+                    result.restartOnly = restartOnly
                 }
             } catch {
                 shared.metrics.reload(ok: false)

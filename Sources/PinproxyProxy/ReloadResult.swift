@@ -1,7 +1,8 @@
 import Foundation
 
 /// What the daemon found on one SIGHUP: whether the new config replaced the old one, its
-/// warnings (config warnings, restart-only changes) or its errors. `pinproxy run` writes it,
+/// warnings, the restart-only settings it changed (in force at the next start only), or its
+/// errors. `pinproxy run` writes it,
 /// as JSON replaced atomically, where `pinproxy reload` (by hand, or as systemd's
 /// `ExecReload=`) waits for the result of the reload its signal caused.
 public struct ReloadResult: Codable, Sendable, Equatable {
@@ -22,7 +23,10 @@ public struct ReloadResult: Codable, Sendable, Equatable {
     public var received: Date
     public var outcome: Outcome
     public var config: String?
+    /// The config's warnings, as `check` prints them.
     public var warnings: [String] = []
+    /// Restart-only settings the new config changes: they take effect at the next start.
+    public var restartOnly: [String] = []
     public var errors: [String] = []
 
     public init(pid: Int32, generation: Int, received: Date, outcome: Outcome, config: String?) {

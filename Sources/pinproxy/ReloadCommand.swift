@@ -7,17 +7,18 @@ import PinproxyProxy
 /// `pinproxy reload`: checks the config, sends SIGHUP to the daemon, then says what the daemon
 /// said about that reload (from the result it leaves under `$RUNTIME_DIRECTORY` or beside its
 /// `pid_file`): exit 0 when the new config is in force, 1 when the daemon kept its old policy
-/// (or could not be reached), 3 when it is in force with warnings.
+/// (or could not be reached), 3 when it is in force but changes restart-only settings.
 struct ReloadCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
         abstract: "Check the config, make the daemon re-read it (SIGHUP), and print what the daemon said about this reload.",
         discussion: """
             The daemon is the one --pid names (systemd's ExecReload= passes $MAINPID), else the one that wrote the \
-            config's pid_file. Returns once the daemon has handled this SIGHUP, printing its warnings (restart-only \
-            changes, config warnings) and its errors. Exit 0: the new config is in force; 3: in force, with warnings \
-            (0 with --warnings-ok); 1: the daemon kept its previous policy, or was not reached. Under systemd, \
-            `systemctl reload pinproxy` runs it as ExecReload=.
+            config's pid_file. Returns once the daemon has handled this SIGHUP, printing what it said: the config's \
+            warnings, the restart-only settings it changed, or its errors. Exit 0: the new config is in force; 3: in \
+            force, but restart-only settings changed, which take effect at the next start (0 with --restart-pending-ok); \
+            1: the daemon kept its previous policy, or was not reached. Under systemd, `systemctl reload pinproxy` \
+            runs it as ExecReload=.
             """
     )
 
@@ -29,14 +30,14 @@ struct ReloadCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("The daemon's process id (systemd's $MAINPID) instead of the config's pid_file.", valueName: "PID"))
     var pid: Int32?
 
-    @Flag(name: .long, help: "Exit 0 (not 3) when the config is in force with warnings; they are still printed (ExecReload= uses it).")
-    var warningsOk = false
+    @Flag(name: .long, help: "Exit 0 (not 3) when restart-only settings changed; they are still printed (ExecReload= uses it).")
+    var restartPendingOk = false
 
     /// How often the result is looked at.
     static let interval: TimeInterval = 0.01
 
-    /// The exit status of a reload whose config is in force with warnings.
-    static let warningsStatus: Int32 = 3
+    /// The exit status of a reload whose config is in force but changes restart-only settings.
+    static let restartPendingStatus: Int32 = 3
 
     func validate() throws {
         if !(timeout > 0) { throw ValidationError("--timeout must be positive") }
@@ -109,12 +110,12 @@ struct ReloadCommand: ParsableCommand {
             throw ExitCode(1)
         case .ok:
             for warning in result.warnings { printError(warning) }
-            if result.warnings.isEmpty {
-                print("\(path): ok; \(daemon) has re-read it (reload \(result.generation)): the new policy is in force")
-                return
+            if !result.restartOnly.isEmpty {
+                printError("\(result.config ?? path): warning: \(result.restartOnly.joined(separator: ", ")) changed: restart-only settings, they take effect at the next start")
             }
-            print("\(path): ok, with \(result.warnings.count) warning(s); \(daemon) has re-read it (reload \(result.generation)): the new policy is in force")
-            if !warningsOk { throw ExitCode(Self.warningsStatus) }
+            let warnings = result.warnings.count + (result.restartOnly.isEmpty ? 0 : 1)
+            print("\(path): ok" + (warnings == 0 ? "" : ", with \(warnings) warning(s)") + "; \(daemon) has re-read it (reload \(result.generation)): the new policy is in force")
+            if !result.restartOnly.isEmpty && !restartPendingOk { throw ExitCode(Self.restartPendingStatus) }
         }
     }
 }

@@ -2,8 +2,8 @@
 under the lock"): the refusal is an HTTP 403 inside TLS, so a client that does not fail on an
 HTTP error status takes it for success. Measured here with the real clients, as user nobody in
 a fresh network namespace, against a host whose pin does not match: curl -sS exits 0, curl -f
-and --fail-with-body 22, wget 8, Python's urllib 1 (an uncaught HTTPError), Node's fetch 0
-unless the script tests `response.ok`.
+and --fail-with-body 22, wget 8, Python's urllib 1 (an uncaught HTTPError), Node's fetch 0 unless
+the script tests `response.ok`.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ def test_exit_status_of_each_client_for_a_refusal(capture, pki):
         "node fetch": [node, "-e", "fetch(process.argv[1]).then(r => r.text())", URL],
         "node fetch, r.ok tested": [node, "-e", "fetch(process.argv[1]).then(r => { if (!r.ok) process.exit(1) })", URL],
     }
-    statuses = {}
+    statuses, outputs = {}, {}
     for name, argv in clients.items():
         env = {"NODE_EXTRA_CA_CERTS": ca} if argv[0] == node else None
-        statuses[name] = capture.client(argv, hosts=hosts, env=env).returncode
+        done = capture.client(argv, hosts=hosts, env=env)
+        statuses[name] = done.returncode
+        outputs[name] = done.stderr[-600:]
     assert statuses == {"curl -sS": 0, "curl -fsS": 22, "curl --fail-with-body": 22, "wget": 8, "python urllib": 1,
-                        "node fetch": 0, "node fetch, r.ok tested": 1}, statuses
+                        "node fetch": 0, "node fetch, r.ok tested": 1}, "\n".join(f"{k}: {statuses[k]} {outputs[k]}" for k in statuses)
     refusals = [l for l in proxy.decisions(listener="transparent") if l.get("outcome") == "refused"]
     assert len(refusals) == len(clients) and {l.get("reason") for l in refusals} == {"pin-mismatch"}, refusals

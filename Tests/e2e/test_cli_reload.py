@@ -1,8 +1,9 @@
 """`pinproxy reload` says what the daemon said about this reload (issue 33): the daemon leaves
 each SIGHUP's result (its warnings, or its errors) beside its pid_file, or in
 $RUNTIME_DIRECTORY under systemd, and the command waits for the result of its own signal.
-Exit 0: the new config is in force; 3: in force with warnings (0 with --warnings-ok, as the
-unit's ExecReload= runs it); 1: the daemon kept its previous policy.
+Exit 0: the new config is in force (its warnings printed); 3: in force, but restart-only
+settings changed, which wait for the next start (0 with --restart-pending-ok, as the unit's
+ExecReload= runs it); 1: the daemon kept its previous policy.
 """
 
 from __future__ import annotations
@@ -33,13 +34,19 @@ def test_a_restart_only_change_is_said_by_reload_with_its_own_exit_status(make_p
     assert r.returncode == 3, r
     assert f"ok, with 1 warning(s); pinproxy (pid {p.pid}) has re-read it" in r.stdout, r
     assert f"{p.config_path}: warning: metrics_listen changed: restart-only settings, they take effect at the next start" in r.stderr, r
-    r = reload(pinproxy, p.config_path, "--warnings-ok")
+    r = reload(pinproxy, p.config_path, "--restart-pending-ok")
     assert r.returncode == 0 and "metrics_listen changed" in r.stderr, r
-    # A config warning is the daemon's too.
+    # The config's warnings are the daemon's too: printed, and the reload is a success.
     p.hosts["insecure.test"] = {"action": "allow-insecure"}
     p.write_config()
     r = reload(pinproxy, p.config_path)
-    assert r.returncode == 3 and 'has action = "allow-insecure"' in r.stderr, r
+    assert r.returncode == 3 and 'has action = "allow-insecure"' in r.stderr, r  # metrics_listen still pending
+    p.stop()
+    p.start()
+    r = reload(pinproxy, p.config_path)
+    assert r.returncode == 0 and "ok, with 1 warning(s)" in r.stdout, r
+    assert f'{p.config_path}:' in r.stderr and 'has action = "allow-insecure"' in r.stderr, r
+    assert "restart-only" not in r.stderr, r
 
 
 def test_a_config_the_daemon_rejects_fails_reload_with_the_daemons_errors(make_proxy, pinproxy):
@@ -64,7 +71,7 @@ def test_execreload_channel_runtime_directory_and_mainpid(make_proxy, pinproxy, 
     runtime.mkdir()
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(runtime))
     p = make_proxy(proxy={"allow_ports": [443]})
-    r = reload(pinproxy, p.config_path, "--pid", p.pid, "--warnings-ok")
+    r = reload(pinproxy, p.config_path, "--pid", p.pid, "--restart-pending-ok")
     assert r.returncode == 0 and f"pinproxy (pid {p.pid}) has re-read it (reload 1)" in r.stdout, r
     result = json.loads((runtime / "reload-result.json").read_text())
     assert result["pid"] == p.pid and result["generation"] == 1 and result["outcome"] == "ok", result
