@@ -35,12 +35,15 @@ struct SuggestCommand: ParsableCommand {
     }
 
     func run() throws {
-        let source = ConfigSource.resolve(config)
+        var source = ConfigSource.resolve(config)
         source.announce(option: config)
-        let loaded: Config
+        var loaded: Config?
         do { loaded = try source.load() } catch {
             for diagnostic in error.diagnostics { printError(diagnostic.description) }
-            throw ExitCode(2)
+            // A config named with --config must load; the installed one only lends its entries' keys.
+            if config != nil { throw ExitCode(2) }
+            printError("pinproxy suggest: \(source.name) does not load here: the blocks keep no entry's keys (give --config)")
+            source = .embedded
         }
         var suggestion = PolicySuggestion()
         var lines = 0
@@ -84,8 +87,8 @@ struct SuggestCommand: ParsableCommand {
         for host in hosts {
             print("")
             // On the built-in default there is no entry to keep: only the ports seen.
-            let entry = source == .embedded ? nil : TargetHost(host.name).map { loaded.policies.lookup($0) }
-            print(PolicySuggestion.render(host, entry: entry, allowPorts: loaded.proxy.allowPorts))
+            let entry = source == .embedded ? nil : TargetHost(host.name).flatMap { loaded?.policies.lookup($0) }
+            print(PolicySuggestion.render(host, entry: entry, allowPorts: loaded?.proxy.allowPorts ?? [443]))
         }
         if hosts.isEmpty { throw ExitCode(1) }
     }

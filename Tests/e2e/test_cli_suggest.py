@@ -15,6 +15,7 @@ certificate's subject, never reaches the block.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tomllib
 
@@ -299,3 +300,16 @@ def test_a_pin_set_of_leaf_keys_alone_gets_a_marked_backup_slot(pinproxy, tmp_pa
     cfg.write_text(text.replace("  # BACKUP PIN NEEDED:", f'  "{PIN_B}",  # backup key\n  # BACKUP PIN NEEDED:', 1))
     filled = run(pinproxy, "check", "--config", cfg)
     assert filled.code == 0 and "warnings: 0" in filled.out, filled
+
+
+def test_an_installed_config_that_does_not_load_lends_no_keys_but_stops_nothing(pinproxy, tmp_path):
+    broken = tmp_path / "installed.toml"
+    broken.write_text('[hosts."a.test"]\ntrust = ["unreadable.pem"]\n')
+    env = {**os.environ, "PINPROXY_DEFAULT_CONFIG": str(broken)}
+    log = line("allowed", verified_pins=f"{PIN_A},{PIN_B}") + "\n"
+    out = subprocess.run([str(pinproxy), "suggest"], input=log, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and '[hosts."a.test"]' in out.stdout, out
+    assert "does not load here: the blocks keep no entry's keys" in out.stderr, out
+    named = subprocess.run([str(pinproxy), "suggest", "--config", str(broken)], input=log, capture_output=True, text=True,
+                           timeout=60)
+    assert named.returncode == 2 and f"{broken}:2:" in named.stderr, named
