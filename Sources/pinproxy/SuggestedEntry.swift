@@ -17,15 +17,55 @@ struct SuggestedEntry {
     /// The config read (nil: the built-in default): its anchors are searched for the issuer of
     /// a chain that the entry cannot verify.
     let config: Config?
+    /// The issuer the leaf's AIA URL served, fetched when `needsIssuer`: offered only as an
+    /// intermediate towards an anchor the config or the system store already has.
+    var fetchedIssuer: AIAIssuer? = nil
 
     func render() throws -> String {
         let policy = entry.policy
         var before: [String] = [entry.pattern == nil ? "# a new entry: only [default] applied to this host"
                                                      : "# replaces \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "")]
+        if let fetchedIssuer, case .success(let issuer) = fetchedIssuer.result {
+            if let completed = try knownAnchor(adding: [issuer], how: "with the issuer fetched from the leaf's AIA URL, the leaf verifies") {
+                return completion(completed, issuer: issuer, url: fetchedIssuer.url, header: before)
+            }
+            before.append("# the issuer fetched from the leaf's AIA URL (\(fetchedIssuer.url)) completes no path to an anchor this config or the system store has")
+        }
         let proposal = try trustProposal()
         before += proposal.lines
         let keys = Self.otherKeys(of: entry, host: host, ports: policy.ports.union([port]), allowPorts: allowPorts, keepEnforce: true)
         return PinCommand.hostBlock(host: host, path: proposal.path, before: before + keys.before, after: keys.after)
+    }
+
+    /// Whether the chain as sent reaches no anchor because the server sent its leaf alone or
+    /// without the certificate that issued it, which neither the config nor the system store has:
+    /// then the leaf's AIA URL is worth fetching.
+    var needsIssuer: Bool {
+        get throws {
+            guard let leaf = chain.first, !leaf.isSelfIssued,
+                  verdict.failures.contains(where: { $0.reason == .untrustedChain }),
+                  !chain.dropFirst().contains(where: { leaf.isIssued(by: $0) }) else { return false }
+            return try knownAnchor() == nil
+        }
+    }
+
+    /// The text for a leaf that verifies to a known anchor only through the issuer its AIA URL
+    /// served. pinproxy verifies only the chain a server sends, so the daemon refuses that server
+    /// until it sends its intermediate; the block that allows it once the server sends its intermediate
+    /// is shown commented out, its fetched key marked.
+    func completion(_ known: (lines: [String], path: [Certificate]), issuer: Certificate, url: String, header: [String]) -> String {
+        let keys = Self.otherKeys(of: entry, host: host, ports: entry.policy.ports.union([port]), allowPorts: allowPorts, keepEnforce: true)
+        let block = PinCommand.hostBlock(host: host, path: known.path, before: header + known.lines + keys.before, after: keys.after)
+        let fetchedPin = "\"\(Pin(digest: issuer.publicKeySHA256))\","
+        let marked = block.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.contains(fetchedPin) ? line + "; fetched from the AIA URL \(url), unverified until the path to the anchor verifies" : String(line)
+        }
+        return ([
+            "# no block to paste yet: the server sends its leaf without \(issuer.subject), the intermediate that",
+            "# issued it, and pinproxy verifies only the chain a server sends (it fetches nothing), so the daemon",
+            "# refuses this server (untrusted-chain) until it sends that intermediate after its leaf: the server",
+            "# must be fixed. Once it is, this block allows it (remove the \"# \" before each line):",
+        ] + marked.map { "# " + $0 }).joined(separator: "\n")
     }
 
     /// The keys of `entry` a block that replaces it keeps, besides `trust` and its pins: those
@@ -74,9 +114,10 @@ struct SuggestedEntry {
 
     /// The system store, or an anchor that the config's entries already list, to which the chain
     /// as sent verifies: the `trust` line naming it (none for the system store) and the path.
-    func knownAnchor() throws -> (lines: [String], path: [Certificate])? {
+    /// `adding` offers more intermediates (never anchors) to the path; `how` begins the comment.
+    func knownAnchor(adding extra: [Certificate] = [], how: String = "the chain as sent verifies") throws -> (lines: [String], path: [Certificate])? {
         guard let leaf = chain.first else { return nil }
-        let intermediates = Array(chain.dropFirst())
+        let intermediates = Array(chain.dropFirst()) + extra
         let now = Date()
         let system = try TrustStore.system().verify(leaf: leaf, intermediates: intermediates, at: now)
         if system.isVerified {
@@ -91,7 +132,7 @@ struct SuggestedEntry {
                 guard !anchors.isEmpty else { continue }
                 let verified = try TrustStore(anchors: anchors).verify(leaf: leaf, intermediates: intermediates, at: now)
                 guard verified.isVerified, let anchor = verified.chain.last else { continue }
-                return (["# the chain as sent verifies to an anchor this config already lists (in \(candidate.name)" +
+                return (["# \(how) to an anchor this config already lists (in \(candidate.name)" +
                          (candidate.line > 0 ? ", line \(candidate.line)" : "") + "): \(anchor.subject)",
                          "trust = \(Self.list([file]))"], verified.chain)
             }
