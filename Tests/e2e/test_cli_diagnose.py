@@ -368,3 +368,23 @@ def test_a_leaf_without_an_aia_url_fetches_nothing(pinproxy, pki, tmp_path):
     finally:
         o.close()
     assert "  the leaf names no URL for its issuer (AIA caIssuers)" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("case", ["oversized", "https"])
+def test_an_aia_url_is_fetched_only_over_plain_http_and_within_64_kib(pinproxy, pki, tmp_path, case):
+    """An answer over 64 KiB is not read as an issuer; an https:// URL is not fetched at all."""
+    issuer = IssuerServer(pki.issued("int-a").der + b"\0" * (64 * 1024))
+    url = issuer.url if case == "oversized" else issuer.url.replace("http://", "https://")
+    _, key, _ = leaf_naming(pki, tmp_path, url)
+    o = originlib.TLSOrigin(tmp_path / "aia.pem", key, name=f"d-aia-{case}")
+    try:
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--config", config(tmp_path, pki, port=o.port))
+    finally:
+        o.close()
+        issuer.close()
+    assert r.returncode == 1, r
+    why = "the answer is over 64 KiB" if case == "oversized" else "only a plain http:// URL is fetched"
+    assert f"the leaf's AIA URL {url}: no issuer fetched ({why})" in r.stdout, r.stdout
+    assert issuer.requests == (["/issuer.der"] if case == "oversized" else []), issuer.requests
+    block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
+    assert pki.spki("int-a") not in block and f'trust = ["{pki.path("root-a.pem")}"]' in block, block
