@@ -55,7 +55,11 @@ struct SuggestedEntry {
     /// is shown commented out, its fetched key marked.
     func completion(_ known: (lines: [String], path: [Certificate]), issuer: Certificate, url: String, header: [String]) -> String {
         let keys = Self.otherKeys(of: entry, host: host, ports: entry.policy.ports.union([port]), allowPorts: allowPorts, keepEnforce: true)
-        let block = PinCommand.hostBlock(host: host, path: known.path, before: header + known.lines + keys.before, after: keys.after)
+        // An empty `known.lines` is the system store, which needs no trust line.
+        let anchor = known.lines.isEmpty
+            ? ["# with the issuer fetched from the leaf's AIA URL, the leaf verifies to the system trust store: \(known.path.last?.subject ?? "-")"]
+            : known.lines
+        let block = PinCommand.hostBlock(host: host, path: known.path, before: header + anchor + keys.before, after: keys.after)
         let fetchedPin = "\"\(Pin(digest: issuer.publicKeySHA256))\","
         let marked = block.split(separator: "\n", omittingEmptySubsequences: false).map { line in
             line.contains(fetchedPin) ? line + "; fetched from the AIA URL \(url), unverified until the path to the anchor verifies" : String(line)

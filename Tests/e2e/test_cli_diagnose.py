@@ -388,3 +388,23 @@ def test_an_aia_url_is_fetched_only_over_plain_http_and_within_64_kib(pinproxy, 
     assert issuer.requests == (["/issuer.der"] if case == "oversized" else []), issuer.requests
     block = r.stdout[r.stdout.index(f'[hosts."{API}"]'):]
     assert pki.spki("int-a") not in block and f'trust = ["{pki.path("root-a.pem")}"]' in block, block
+
+
+def test_an_aia_issuer_may_lead_to_the_system_store(pinproxy, pki, tmp_path):
+    """Without a config, the built-in [default] trusts the system store (here SSL_CERT_FILE = root A):
+    the fetched issuer completes the path to it, and the commented block says so, with no trust line."""
+    issuer = IssuerServer(pki.issued("int-a").der)
+    leaf, key, _ = leaf_naming(pki, tmp_path, issuer.url)
+    o = originlib.TLSOrigin(tmp_path / "aia.pem", key, name="d-aia-system")
+    try:
+        r = diagnose(pinproxy, f"{API}:{o.port}", "--connect-to", "127.0.0.1",
+                     env={**os.environ, "SSL_CERT_FILE": str(pki.path("root-a.pem"))})
+    finally:
+        o.close()
+        issuer.close()
+    assert r.returncode == 1 and "verdict: refuse: untrusted-chain" in r.stdout, r
+    tail = r.stdout[r.stdout.index("verdict: "):]
+    assert "no block to paste yet" in tail and not re.search(r"^\[hosts\.", tail, re.M), tail
+    assert ("# # with the issuer fetched from the leaf's AIA URL, the leaf verifies to the system trust store: "
+            "CN=pinproxy test root A") in tail, tail
+    assert "# trust = " not in tail and leaf.spki_pin in tail and pki.spki("int-a") in tail, tail
