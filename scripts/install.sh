@@ -106,10 +106,10 @@ echo "==> $destdir$prefix/bin/pinproxy"
 install -d -m 0755 "$destdir$prefix/bin"
 install -m 0755 "$binary" "$destdir$prefix/bin/pinproxy"
 
-# 2. The units (ExecStart names the installed binary).
+# 2. The units (ExecStart and ExecReload name the installed binary).
 echo "==> $destdir$unitdir/pinproxy.service, pinproxy.socket, pinproxy-egress.service, pinproxy-transparent{,6}.socket"
 install -d -m 0755 "$destdir$unitdir"
-sed "s#^ExecStart=/usr/local/bin/pinproxy #ExecStart=$prefix/bin/pinproxy #" \
+sed "s#^\(Exec[A-Za-z]*=\)/usr/local/bin/pinproxy #\1$prefix/bin/pinproxy #" \
     "$repo/systemd/pinproxy.service" > "$destdir$unitdir/pinproxy.service.tmp"
 chmod 0644 "$destdir$unitdir/pinproxy.service.tmp"
 mv -f "$destdir$unitdir/pinproxy.service.tmp" "$destdir$unitdir/pinproxy.service"

@@ -95,3 +95,22 @@ extension Certificate {
         return Array(UnsafeBufferPointer(start: data, count: Int(ASN1_STRING_length(string))))
     }
 }
+
+extension Certificate {
+    /// The caIssuers locations of the authorityInfoAccess extension that are URIs (where the
+    /// issuer's certificate may be fetched), as written; none when absent or undecodable.
+    public var caIssuersURIs: [String] {
+        guard let raw = X509_get_ext_d2i(handle, NID_info_access, nil, nil) else {
+            _ = drainErrorQueue()
+            return []
+        }
+        let descriptions = OpaquePointer(raw)
+        defer { AUTHORITY_INFO_ACCESS_free(descriptions) }
+        return (0..<OPENSSL_sk_num(descriptions)).compactMap { index in
+            guard let access = OPENSSL_sk_value(descriptions, index)?.assumingMemoryBound(to: ACCESS_DESCRIPTION.self),
+                  OBJ_obj2nid(access.pointee.method) == NID_ad_ca_issuers,
+                  let location = access.pointee.location, location.pointee.type == GEN_URI else { return nil }
+            return String(decoding: Self.bytes(of: location.pointee.d.uniformResourceIdentifier), as: UTF8.self)
+        }
+    }
+}

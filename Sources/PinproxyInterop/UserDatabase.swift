@@ -23,6 +23,20 @@ public enum UserDatabase {
         return lookUp({ entry, buffer, size, result in getpwnam_r(name, entry, buffer, size, result) }) { UInt32($0.pw_uid) }
     }
 
+    /// A user's uid and primary gid.
+    public struct IDs: Sendable, Equatable {
+        public let uid: UInt32
+        public let gid: UInt32
+    }
+
+    /// The uid and primary gid of the user called `name`.
+    public static func ids(ofUser name: String) -> Answer<IDs> {
+        guard !name.isEmpty, !name.utf8.contains(0) else { return .missing }
+        return lookUp({ entry, buffer, size, result in getpwnam_r(name, entry, buffer, size, result) }) {
+            IDs(uid: UInt32($0.pw_uid), gid: UInt32($0.pw_gid))
+        }
+    }
+
     /// Runs a `getpw*_r` call with a buffer that grows while it is too small, and reads the
     /// entry with `read` while the buffer its strings point into is alive.
     private static func lookUp<Value>(_ call: (UnsafeMutablePointer<passwd>, UnsafeMutablePointer<CChar>, Int,

@@ -20,9 +20,12 @@ public final class Daemon {
     private var drainTimer: PinproxyInterop.Timer?
     private let reloadQueue = DispatchQueue(label: "pinproxy.reload")
     private let notifier = SystemdNotifier()
-    /// Called (off the loops) once each SIGHUP has been handled, whatever its outcome:
-    /// `pinproxy run` replaces its pid file then, which tells `pinproxy reload` it is done.
-    public var afterReload: (@Sendable () -> Void)?
+    /// Called (off the loops) once each SIGHUP has been handled, whatever its outcome, with
+    /// what this reload found: `pinproxy run` leaves it for `pinproxy reload` (`ReloadResult`)
+    /// and replaces its pid file then.
+    public var afterReload: (@Sendable (ReloadResult) -> Void)?
+    /// How many SIGHUPs have been handled.
+    private var generation = 0
     private var adminServer: AdminHTTPServer?
     private var housekeeping: [PinproxyInterop.Timer] = []
     /// The transparent listeners in use and their sockets' inodes, for the minutely check.
@@ -247,23 +250,32 @@ public final class Daemon {
     /// Re-reads and checks the config off the loops; a valid one replaces the snapshot for new
     /// connections at once, an invalid one is logged with FILE:LINE and changes nothing.
     private func reload() {
+        generation += 1
+        let received = ReloadResult(pid: ProcessInfo.processInfo.processIdentifier, generation: generation, received: Date(),
+                                    outcome: .ok, config: configPath)
+        var result = received
         guard !shared.draining.load(ordering: .relaxed) else {
             shared.log.emit(.info, "reload", [(.outcome, "ignored"), (.detail, "stopping: the config is not re-read")])
+            result.outcome = .ignored
+            result.errors = ["stopping: the config is not re-read"]
+            reloadQueue.async { [afterReload, result] in afterReload?(result) }
             return
         }
         guard let configPath else {
             shared.log.emit(.info, "reload", [(.outcome, "ok"), (.detail, "running on the built-in default config: nothing to re-read")])
-            reloadQueue.async { [afterReload] in afterReload?() }
+            result.warnings = ["warning: running on the built-in default config: nothing to re-read"]
+            reloadQueue.async { [afterReload, result] in afterReload?(result) }
             return
         }
         // Report files are reopened whatever the config says: logrotate has moved them.
         shared.reports?.reopenFiles()
         notifier.reloading()
-        reloadQueue.async { [shared, settings, notifier, afterReload] in
+        reloadQueue.async { [shared, settings, notifier, afterReload, received] in
+            var result = received
             defer {
                 // A stop that began meanwhile has said STOPPING=1; READY=1 would undo it.
                 if !shared.draining.load(ordering: .relaxed) { notifier.ready(status: "reloaded; " + Self.status(shared)) }
-                afterReload?()
+                afterReload?(result)
             }
             // Whatever the reload finds: a command's own files may change without the config.
             // Answers stored meanwhile belong to the old entries, which new connections never use.
@@ -284,16 +296,21 @@ public final class Daemon {
                 shared.log.emit(.info, "reload", [(.outcome, "ok"), (.config, configPath), (.entries, String(config.policies.entries.count))])
                 for warning in config.warnings + environment {
                     shared.log.emit(.warning, "config-warning", [(.config, configPath), (.warning, warning.description)])
+                    result.warnings.append(warning.description)
                 }
                 let restartOnly = settings.restartOnlyChanges(to: config.proxy)
                 if !restartOnly.isEmpty {
-                    shared.log.emit(.warning, "reload", [(.detail, "\(restartOnly.joined(separator: ", ")) changed: restart-only settings, they take effect at the next start")])
+                    let detail = "\(restartOnly.joined(separator: ", ")) changed: restart-only settings, they take effect at the next start"
+                    shared.log.emit(.warning, "reload", [(.detail, detail)])
+                    result.restartOnly = restartOnly
                 }
             } catch {
                 shared.metrics.reload(ok: false)
                 shared.log.emit(.error, "reload", [(.outcome, "failed"), (.config, configPath),
                                                    (.error, error.diagnostics.map(\.description).joined(separator: " | ")),
                                                    (.detail, "the previous policy stays in force")])
+                result.outcome = .failed
+                result.errors = error.diagnostics.map(\.description)
             }
         }
     }

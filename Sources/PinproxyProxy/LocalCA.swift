@@ -33,14 +33,20 @@ public final class LocalCA: Sendable {
     public static let certificateName = "ca.pem"
     static let keyName = "ca.key"
 
+    /// Below this uid, a user is a system user (Debian's `SYS_UID_MAX` is 999).
+    static let firstRegularUID: uid_t = 1000
+
     /// The CA directory when the config sets none: `$STATE_DIRECTORY` under systemd, else
-    /// /var/lib/pinproxy for root, else `$XDG_STATE_HOME/pinproxy` or ~/.local/state/pinproxy.
+    /// /var/lib/pinproxy for root and system users, else `$XDG_STATE_HOME/pinproxy` or
+    /// ~/.local/state/pinproxy.
     public static func defaultDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         if let state = environment["STATE_DIRECTORY"], !state.isEmpty {
             // systemd may pass several, separated by colons; the first is pinproxy's.
             return String(state.split(separator: ":").first ?? Substring(state))
         }
-        if CurrentProcess.userID == 0 { return "/var/lib/pinproxy" }
+        // Root and system users (the service's user `pinproxy`) keep it where systemd's
+        // StateDirectory= would, whatever HOME they inherited (`sudo -u`, setpriv, su keep root's).
+        if CurrentProcess.userID < firstRegularUID { return "/var/lib/pinproxy" }
         if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") { return xdg + "/pinproxy" }
         return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state/pinproxy"
     }

@@ -50,7 +50,9 @@ struct CACommand: ParsableCommand {
             }()
             if install {
                 try CATrustStore.install(ca.certificate)
-                return print("\(CATrustStore.installedPath): the system trust store now trusts \(ca.certificate.subject)")
+                print("\(CATrustStore.installedPath): the system trust store now trusts \(ca.certificate.subject)")
+                for line in CATrustStore.otherClients(bundle: TrustStore.systemBundlePath) { print(line) }
+                return
             }
             if let bundle { return try writeBundle(to: bundle, ca: ca.certificate) }
             print(ca.path)

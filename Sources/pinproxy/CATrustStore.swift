@@ -23,6 +23,18 @@ enum CATrustStore {
         try update([])
     }
 
+    /// What `ca --install` prints last: the clients that do not read the system store, and how
+    /// to give each of them the CA host-wide (`bundle`: the system bundle, which now holds it).
+    static func otherClients(bundle: String) -> [String] {
+        ["curl, wget, git, Python's ssl, Go and other OpenSSL-based clients read the system store: they need nothing more.",
+         "Clients with a store of their own need it host-wide, e.g. in /etc/environment (read at the next login):",
+         "  Node.js:  NODE_EXTRA_CA_CERTS=\(installedPath)",
+         "  Python with certifi (requests, pip, httpx from PyPI):  REQUESTS_CA_BUNDLE=\(bundle)  PIP_CERT=\(bundle)  SSL_CERT_FILE=\(bundle)",
+         "  Java:  Debian's ca-certificates-java adds it to /etc/ssl/certs/java/cacerts by itself; a JDK of its own needs",
+         "         keytool -importcert -cacerts -noprompt -alias pinproxy -file \(installedPath)",
+         "Services started by systemd do not read /etc/environment: give them Environment= lines (systemctl edit SERVICE)."]
+    }
+
     /// Removes `installedPath` (if there), then rebuilds the store with `update-ca-certificates --fresh`.
     static func uninstall() throws {
         if FileManager.default.fileExists(atPath: installedPath) {

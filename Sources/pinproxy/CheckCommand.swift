@@ -13,14 +13,20 @@ struct CheckCommand: ParsableCommand {
 
     @OptionGroup var options: ConfigOption
 
+    @Option(name: .customLong("as"), help: ArgumentHelp("Check as this user would (the service's: pinproxy), reading every file the config names as that user; where systemd runs, under the unit's path restrictions too (systemd-run).", valueName: "USER"))
+    var user: String?
+
     /// TargetHost entries listed by name before the summary shortens.
     static let listedEntries = 20
 
     func run() throws {
+        if let user {
+            try CheckAsUser(user: user, config: options.source.path.map { URL(fileURLWithPath: $0).standardizedFileURL.path } ?? "-").run()
+        }
         let config = try options.loadOrExit { [options] error in
             "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
-        let environment = ClientIdentityEnvironment.problems(in: config)
+        let environment = ClientIdentityEnvironment.problems(in: config) + HostChecks.problems(in: config)
         let environmentErrors = environment.filter { $0.severity == .error }
         if !environmentErrors.isEmpty {
             for error in environmentErrors { printError(error.description) }

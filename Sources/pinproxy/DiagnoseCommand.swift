@@ -112,11 +112,18 @@ struct DiagnoseCommand: ParsableCommand {
                                               host: host, port: port, entry: entry, context: loaded.verdictContext, at: Date())
         print("")
         printChain(handshake.chain, verdict: verdict)
+        var suggestion = SuggestedEntry(host: host, port: port, chain: handshake.chain, entry: entry, verdict: verdict,
+                                        allowPorts: loaded.proxy.allowPorts, config: source == .embedded ? nil : loaded)
+        // A leaf sent without its issuer, which no anchor this host has issued: the issuer its
+        // AIA URL names may complete a path to one (a plain HTTP GET, within the --timeout).
+        if try suggestion.needsIssuer, let leaf = handshake.chain.first {
+            suggestion.fetchedIssuer = AIAIssuer.fetch(for: leaf, deadline: deadline)
+            print("  " + (suggestion.fetchedIssuer?.summary(leaf: leaf) ?? "the leaf names no URL for its issuer (AIA caIssuers)"))
+        }
         print("")
         printChecks(verdict, entry: entry, negotiated: handshake.version, config: source)
         print("")
-        print(try SuggestedEntry(host: host, port: port, chain: handshake.chain, entry: entry, verdict: verdict,
-                                 allowPorts: loaded.proxy.allowPorts).render())
+        print(try suggestion.render())
         if !verdict.allowsConnection { throw ExitCode(1) }
     }
 

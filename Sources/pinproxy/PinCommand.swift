@@ -94,23 +94,40 @@ struct PinCommand: ParsableCommand {
             Self.printCertificate(certificate, prefix: "#   ")
         }
         print("")
-        print(Self.hostBlock(host: host, chain: result.chain, before: try trustLines(for: result.chain, host: host),
+        print(Self.hostBlock(host: host, path: result.chain, before: try trustLines(for: result.chain, host: host),
                              after: port != 443 ? ["ports = [\(port)]"] : []))
         if result.incompleteHandshake != nil { throw ExitCode(1) }
     }
 
-    /// A ready-to-paste `[hosts."HOST"]` block pinning the keys of a presented chain (roots left
-    /// out), with the lines `before` the pins (`trust`) and `after` them (`ports`).
-    static func hostBlock(host: TargetHost, chain: [Certificate], before: [String], after: [String]) -> String {
-        let pinned = chain.filter { !$0.isSelfIssued }
+    /// A ready-to-paste `[hosts."HOST"]` block pinning the keys of `path` (leaf first, as
+    /// `pinned(_:)` picks them), with the lines `before` the pins (`trust`) and `after` them (`ports`).
+    static func hostBlock(host: TargetHost, path: [Certificate], before: [String], after: [String]) -> String {
+        let pinned = pinned(path)
         var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + before + ["pin = \"public-key\"", "pins = ["]
-        for (index, certificate) in (pinned.isEmpty ? Array(chain.prefix(1)) : pinned).enumerated() {
-            let role = index == 0 ? "leaf" : "intermediate"
+        for (index, certificate) in pinned.enumerated() {
+            let role = index == 0 ? "leaf" : certificate.isSelfIssued ? "root (the leaf's issuer)" : "intermediate"
             lines.append("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")
         }
-        lines.append("  # add the pin of a backup key here")
+        lines.append(contentsOf: backupSlot(caKeys: pinned.count - 1))
         lines.append("]")
         return (lines + after).joined(separator: "\n")
+    }
+
+    /// The keys a block pins, so that it survives a renewal: the leaf's, its issuing CA's (even
+    /// where that CA is the anchor), and every intermediate above; a self-issued root above the
+    /// issuer is left out. A self-signed leaf alone gives one key, and the block a backup slot.
+    static func pinned(_ path: [Certificate]) -> [Certificate] {
+        guard let leaf = path.first else { return [] }
+        let above = path.dropFirst().enumerated().filter { index, certificate in index == 0 || !certificate.isSelfIssued }
+        return [leaf] + above.map(\.element).filter { $0.publicKeySHA256 != leaf.publicKeySHA256 }
+    }
+
+    /// The comment closing a pin list: where a backup key goes, and, when the list holds no CA
+    /// key (only what the leaf's next key would replace), that the block breaks without one.
+    static func backupSlot(caKeys: Int) -> [String] {
+        if caKeys > 0 { return ["  # add the pin of a backup key here"] }
+        return ["  # BACKUP PIN NEEDED: these are only leaf keys; the next certificate renewal (a new key) breaks this block",
+                "  # unless the pin of a backup key is added here (pinproxy pin BACKUP-KEY-FILE)"]
     }
 
     static func printCertificate(_ certificate: Certificate, prefix: String = "  ") {

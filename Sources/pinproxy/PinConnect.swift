@@ -70,11 +70,15 @@ extension PinCommand {
     /// the system store; otherwise a `trust` list naming the top certificate the server
     /// presented (its root, or the intermediate closest to it), which `--save-anchor` writes.
     func trustLines(for chain: [Certificate], host: TargetHost) throws -> [String] {
-        try Self.trustLines(for: chain, host: host, saveAnchor: saveAnchor)
+        let configDirectory = config.flatMap { $0 == "-" ? nil : URL(fileURLWithPath: $0).deletingLastPathComponent().path }
+        return try Self.trustLines(for: chain, host: host, saveAnchor: saveAnchor, configDirectory: configDirectory)
     }
 
-    /// `trustLines(for:host:)`, with the file `--save-anchor` names (if any).
-    static func trustLines(for chain: [Certificate], host: TargetHost, saveAnchor: String?) throws -> [String] {
+    /// `trustLines(for:host:)`, with the file `--save-anchor` names (if any), printed relative
+    /// to `configDirectory` (the directory of the `--config` file) or else absolute, so that the
+    /// `trust` line resolves to that file once pasted. A leaf is proposed as its own anchor only
+    /// when it is self-signed: a server that sends no CA certificate gets no anchor line.
+    static func trustLines(for chain: [Certificate], host: TargetHost, saveAnchor: String?, configDirectory: String? = nil) throws -> [String] {
         guard let leaf = chain.first else { return [] }
         let intermediates = Array(chain.dropFirst())
         let now = Date()
@@ -85,9 +89,15 @@ extension PinCommand {
             return system.problems.map { "# note: the chain does not verify: \($0)" }
         }
         let anchor = chain.last!
-        let role = anchor === leaf ? "the leaf itself (the server presented no CA certificate)"
+        if anchor === leaf && !leaf.isIssued(by: leaf) {
+            return ["# the chain does not verify against the system trust store: \(untrusted[0].message)",
+                    "# no anchor proposed: the server sent its leaf alone, and a leaf that is not self-signed is no anchor",
+                    "#   (anyone can present one). Its issuer was not sent: \(leaf.issuer)",
+                    "#   Have the server send its intermediate, or list an anchor that issued it (obtained out of band)"]
+        }
+        let role = anchor === leaf ? "the leaf itself (self-signed: the server presented no CA certificate)"
             : anchor.isSelfIssued ? "the root the server presented" : "the top intermediate the server presented"
-        let file = saveAnchor ?? "\(host.serverName ?? "server")-anchor.pem"
+        var file = "\(host.serverName ?? "server")-anchor.pem"
         var lines = ["# the chain does not verify against the system trust store: \(untrusted[0].message)",
                      "# anchor: \(role): \(anchor.subject)",
                      "#   certificate: \(Pin(digest: anchor.certificateSHA256))  not after: \(rfc3339(anchor.notAfter))"]
@@ -98,13 +108,31 @@ extension PinCommand {
                 printError("--save-anchor \(saveAnchor): cannot write the file: \(error.localizedDescription)")
                 throw ExitCode(1)
             }
+            file = ConfigPaths.printed(saveAnchor, configDirectory: configDirectory)
             lines.append("#   written to \(saveAnchor); check it out of band before you trust it")
         } else {
             lines.append("#   save it with `pinproxy pin --connect HOST[:PORT] --save-anchor \(file)` (and check it out of band before you trust it)")
         }
         let withAnchor = try TrustStore(anchors: [anchor]).verify(leaf: leaf, intermediates: intermediates, at: now)
         lines += withAnchor.problems.map { "# note: even with this anchor, the chain does not verify: \($0)" }
-        lines.append("trust = [\"\(file)\"]")
+        lines.append("trust = [\(SuggestedEntry.quoted(file))]")
         return lines
+    }
+}
+
+/// Paths printed for pasting into a config, where a relative path is read against the
+/// config's directory.
+enum ConfigPaths {
+    /// `path` (relative to the working directory, or absolute) as a config in
+    /// `configDirectory` must write it: relative to that directory, or absolute without one.
+    static func printed(_ path: String, configDirectory: String?) -> String {
+        let absolute = URL(fileURLWithPath: path).standardizedFileURL.path
+        guard let configDirectory else { return absolute }
+        let base = URL(fileURLWithPath: configDirectory, isDirectory: true).standardizedFileURL.pathComponents
+        let target = URL(fileURLWithPath: absolute).pathComponents
+        var shared = 0
+        while shared < base.count, shared < target.count - 1, base[shared] == target[shared] { shared += 1 }
+        let ups = Array(repeating: "..", count: base.count - shared)
+        return (ups + target[shared...]).joined(separator: "/")
     }
 }

@@ -56,8 +56,9 @@ struct PolicySuggestion {
         }
         host.ports.insert(decision.port)
         host.entries.insert(decision.entry)
-        // The path ends at its anchor, which is not pinned (unless the leaf is its own anchor).
-        for (position, pin) in verified.prefix(max(1, verified.count - 1)).enumerated() {
+        // The path ends at its anchor, which is not pinned, unless it issued the leaf: a pin set
+        // must hold the issuing CA's key (the leaf's next key is unknown), anchor or not.
+        for (position, pin) in verified.prefix(max(2, verified.count - 1)).enumerated() {
             let subject = decision.subjects[pin] ?? "subject not named on the line"
             var key = host.keys[pin] ?? Key(pin: pin, subject: subject, position: position, connections: 0, lastSeen: day)
             key.connections += 1
@@ -109,26 +110,46 @@ struct PolicySuggestion {
         }
     }
 
-    /// A `[hosts."NAME"]` block that pins every key `host` presented, leaf keys first.
-    static func render(_ host: Host) -> String {
+    /// A `[hosts."NAME"]` block that pins every key learned for `host`, leaf keys first, with
+    /// the other keys (`trust`, `ports`, ...) of `entry`, the entry `config` applies to the host
+    /// (nil: nothing but the ports). A pin set of leaf keys alone gets a marked backup slot.
+    static func render(_ host: Host, entry: PolicyEntry? = nil, allowPorts: Set<UInt16> = [443]) -> String {
         let keys = host.keys.values.sorted { ($0.position, -$0.connections, $0.pin.description) < ($1.position, -$1.connections, $1.pin.description) }
         let leaves = keys.filter { $0.position == 0 }.count
         var lines: [String] = []
         let span = host.firstSeen == host.lastSeen ? "on \(host.firstSeen)" : "from \(host.firstSeen) to \(host.lastSeen)"
         lines.append("# \(host.name): \(host.connections) verified connection(s) \(span); \(leaves) leaf key(s), \(keys.count - leaves) intermediate key(s)")
-        lines.append("# learned under: \(host.entries.sorted().map(comment).joined(separator: ", ")). Keep that entry's trust line if it is not \"system\".")
+        lines.append("# learned under: \(host.entries.sorted().map(comment).joined(separator: ", "))")
+        var before: [String] = [], after: [String] = []
+        let ports = Set(host.ports)
+        if let entry, let target = TargetHost(host.name) {
+            if entry.pattern != nil { lines.append("# replaces \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "")) }
+            switch entry.policy.trust {
+            case .anchors, .systemAndListed: before += entry.written.trust.map { ["trust = \(SuggestedEntry.list($0))"] } ?? []
+            case .system, .pinned, .none: break
+            }
+            let other = SuggestedEntry.otherKeys(of: entry, host: target, ports: entry.policy.ports.union(ports),
+                                                 allowPorts: allowPorts, keepEnforce: false)
+            before += other.before
+            after += other.after
+        } else if ports != [443] {
+            after.append("ports = [\(ports.sorted().map(String.init).joined(separator: ", "))]")
+        }
         lines.append("[hosts.\"\(host.name)\"]")
+        lines += before
         lines.append("pin = \"public-key\"")
         lines.append("pins = [")
         for key in keys {
             let role = key.position == 0 ? "leaf" : "intermediate"
             lines.append("  \"\(key.pin)\",  # \(role): \(comment(key.subject)); \(key.connections) connection(s), last \(key.lastSeen)")
         }
-        lines.append("  # add the pin of a backup key here (pinproxy pin BACKUP-KEY-FILE)")
+        if leaves < keys.count {
+            lines.append("  # add the pin of a backup key here (pinproxy pin BACKUP-KEY-FILE)")
+        } else {
+            lines += PinCommand.backupSlot(caKeys: 0)
+        }
         lines.append("]")
-        let ports = host.ports.sorted()
-        if ports != [443] { lines.append("ports = [\(ports.map(String.init).joined(separator: ", "))]") }
-        return lines.joined(separator: "\n")
+        return (lines + after).joined(separator: "\n")
     }
 
     /// Text safe inside a one-line TOML comment: no line breaks, controls or format characters.

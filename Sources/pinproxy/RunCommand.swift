@@ -42,8 +42,20 @@ struct RunCommand: ParsableCommand {
             AccessLog(format: config.proxy.logFormat).emit(.error, "start-failed", [(.error, "\(error)")])
             throw ExitCode(1)
         }
+        // Each reload's result, for `pinproxy reload` (systemd's ExecReload= too), then the pid file
+        // replaced: the sign an older `pinproxy reload` waits for.
+        let resultPath = ReloadResult.path(pidFile: config.proxy.pidFile)
+        daemon.afterReload = { [pidFile = config.proxy.pidFile, logFormat = config.proxy.logFormat] result in
+            if let resultPath {
+                do {
+                    try result.write(to: resultPath)
+                } catch {
+                    AccessLog(format: logFormat).emit(.warning, "reload", [(.detail, "cannot write the reload result \(resultPath): \(error.localizedDescription)")])
+                }
+            }
+            if let pidFile { PidFile.replace(pidFile) }
+        }
         if let pidFile = config.proxy.pidFile {
-            daemon.afterReload = { PidFile.replace(pidFile) }
             do {
                 try PidFile.claim(pidFile)
             } catch {

@@ -23,6 +23,9 @@ struct SuggestCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Only hosts this pattern matches (an exact name, *.NAME or an IP literal).", valueName: "PATTERN"))
     var host: String?
 
+    @Option(name: .long, help: ArgumentHelp("The config whose entries the blocks replace: each block keeps its entry's trust, ports and other keys. " + ConfigSource.help, valueName: "FILE"))
+    var config: String?
+
     @Argument(help: ArgumentHelp("Log files; standard input when none is given.", valueName: "FILE"))
     var files: [String] = []
 
@@ -32,6 +35,16 @@ struct SuggestCommand: ParsableCommand {
     }
 
     func run() throws {
+        var source = ConfigSource.resolve(config)
+        source.announce(option: config)
+        var loaded: Config?
+        do { loaded = try source.load() } catch {
+            for diagnostic in error.diagnostics { printError(diagnostic.description) }
+            // A config named with --config must load; the installed one only lends its entries' keys.
+            if config != nil { throw ExitCode(2) }
+            printError("pinproxy suggest: \(source.name) does not load here: the blocks keep no entry's keys (give --config)")
+            source = .embedded
+        }
         var suggestion = PolicySuggestion()
         var lines = 0
         func read(_ handle: FileHandle, name: String) throws {
@@ -73,7 +86,9 @@ struct SuggestCommand: ParsableCommand {
         }
         for host in hosts {
             print("")
-            print(PolicySuggestion.render(host))
+            // On the built-in default there is no entry to keep: only the ports seen.
+            let entry = source == .embedded ? nil : TargetHost(host.name).flatMap { loaded?.policies.lookup($0) }
+            print(PolicySuggestion.render(host, entry: entry, allowPorts: loaded?.proxy.allowPorts ?? [443]))
         }
         if hosts.isEmpty { throw ExitCode(1) }
     }

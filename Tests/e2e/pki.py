@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509 import ocsp
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import AuthorityInformationAccessOID, ExtendedKeyUsageOID, NameOID
 
 UTC = _dt.timezone.utc
 
@@ -230,6 +230,7 @@ def build_cert(
     eku: Iterable | None | bool = None,
     name_constraints: dict | None = None,
     serial: int | None = None,
+    ca_issuers: Sequence[str] = (),
 ) -> Issued:
     """Build one certificate.
 
@@ -244,6 +245,7 @@ def build_cert(
     eku           e.g. ["serverAuth"]; None = serverAuth for leaves, omitted for CAs; False = omit
     name_constraints  {"permitted_dns": [...], "excluded_dns": [...],
                        "permitted_ips": ["10.0.0.0/8"], "excluded_ips": [...]}
+    ca_issuers    URLs for an authorityInfoAccess extension (caIssuers: where the issuer is served)
     """
     private_key = new_key(key)
     public_key = private_key.public_key()
@@ -301,6 +303,14 @@ def build_cert(
         b = b.add_extension(
             x509.NameConstraints(permitted_subtrees=permitted or None, excluded_subtrees=excluded or None),
             critical=True,
+        )
+    if ca_issuers:
+        b = b.add_extension(
+            x509.AuthorityInformationAccess(
+                [x509.AccessDescription(AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(u))
+                 for u in ca_issuers]
+            ),
+            critical=False,
         )
     b = b.add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     b = b.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_pub), critical=False)

@@ -92,6 +92,10 @@ def test_ca_install_and_uninstall_in_a_private_mount_namespace(pinproxy, tmp_pat
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
     assert "/usr/local/share/ca-certificates/pinproxy.crt: the system trust store now trusts" in p.stdout, p.stdout
     assert "removed /usr/local/share/ca-certificates/pinproxy.crt from the system trust store" in p.stdout, p.stdout
+    # It ends with what the clients that keep a store of their own need host-wide.
+    assert "  Node.js:  NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/pinproxy.crt" in p.stdout, p.stdout
+    assert "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt  PIP_CERT=/etc/ssl/certs/ca-certificates.crt" in p.stdout, p.stdout
+    assert "keytool -importcert -cacerts -noprompt -alias pinproxy -file /usr/local/share/ca-certificates/pinproxy.crt" in p.stdout
 
     assert pem in (tmp_path / "installed.crt").read_text(), "the CA is not in the rebuilt bundle"
     assert "pinproxy.pem" in (tmp_path / "installed.ls").read_text().split()

@@ -112,6 +112,7 @@ def test_check_reads_capture_with_file_line_and_warns_on_a_lone_listener(ws):
 
         [capture]
         ports = []
+        exempt_users = ["root"]
         """)
     r = ws.check(cfg)
     assert r.code == 0, r

@@ -163,3 +163,29 @@ def test_no_trust_line_when_the_system_store_verifies(ws, pinproxy, tls_server):
     assert p.returncode == 0, p
     assert "trust =" not in p.stdout, p.stdout
     assert re.search(PIN_RE, p.stdout)
+
+
+def test_save_anchor_path_resolves_as_printed_from_the_config(ws, pki, tls_server):
+    """The case of issue 33: `pin --connect … --config etc/pinproxy.toml --save-anchor
+    etc/lab-anchor.pem` run from the directory above etc/. The trust line names the file relative
+    to the config's directory (lab-anchor.pem, not etc/lab-anchor.pem), so pasted into that config
+    it resolves to the saved file; without --config the path printed is absolute."""
+    srv = tls_server("api-chain.pem", "api.key")
+    site = ws.dir / "site"
+    (site / "etc").mkdir(parents=True)
+    cfg = site / "etc/pinproxy.toml"
+    cfg.write_text(f'[resolve]\n"api.test" = "127.0.0.1"\n\n[proxy]\nallow_ports = [{srv.port}]\n\n')
+    res = ws.run("pin", "--connect", f"api.test:{srv.port}", "--config", "etc/pinproxy.toml",
+                 "--save-anchor", "etc/lab-anchor.pem", cwd=site)
+    assert res.code == 0, res
+    assert (site / "etc/lab-anchor.pem").is_file()
+    assert paste_block(res.out, "api.test")["trust"] == ["lab-anchor.pem"], res
+    cfg.write_text(cfg.read_text() + res.out[res.out.index('[hosts."api.test"]'):])
+    check = ws.run("check", "--config", "etc/pinproxy.toml", cwd=site)
+    assert check.code == 0 and "lab-anchor.pem" not in check.err, check
+
+    # Without --config: absolute, whatever the working directory.
+    res = ws.run("pin", "--connect", "api.test", "--connect-to", f"127.0.0.1:{srv.port}",
+                 "--save-anchor", "etc/other-anchor.pem", cwd=site)
+    assert res.code == 0, res
+    assert paste_block(res.out, "api.test")["trust"] == [str(site / "etc/other-anchor.pem")], res

@@ -15,6 +15,7 @@ certificate's subject, never reaches the block.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tomllib
 
@@ -215,9 +216,11 @@ def test_only_verified_chains_are_learned(pinproxy):
     assert "not learned from: 1 connection line(s), refused untrusted-chain" in text, text
     assert "allow-insecure" in text and "report-only untrusted-chain" in text, text
     assert "not learned from: 3 connection line(s), no verified_pins" in text, text
-    # The anchor that ends each path is not pinned; the leaf is.
+    # Each path is leaf, anchor: the anchor issued the leaf, so its key is pinned beside the
+    # leaf's (a pin set of the leaf alone breaks at the next renewal).
     hosts = tomllib.loads(text)["hosts"]
-    assert hosts["a.test"]["pins"] == [PIN_A] and hosts["e.test"]["pins"] == [PIN_C], text
+    assert hosts["a.test"]["pins"] == [PIN_A, PIN_B] and hosts["e.test"]["pins"] == [PIN_C, PIN_B], text
+    assert "BACKUP PIN NEEDED" not in text, text
 
 
 def test_json_lines_with_numbers_as_text_or_as_numbers(pinproxy):
@@ -232,7 +235,7 @@ def test_json_lines_with_numbers_as_text_or_as_numbers(pinproxy):
     out = suggest(pinproxy, stdin=json_line("old.test", "443", "200") + "\n" + json_line("new.test", 443, 200) + "\n")
     assert out.returncode == 0, out
     hosts = tomllib.loads(out.stdout)["hosts"]
-    assert hosts["old.test"]["pins"] == [PIN_A] and hosts["new.test"]["pins"] == [PIN_A], out.stdout
+    assert hosts["old.test"]["pins"] == [PIN_A, PIN_B] and hosts["new.test"]["pins"] == [PIN_A, PIN_B], out.stdout
 
 
 def test_certificate_text_cannot_escape_its_comment(pinproxy, tmp_path):
@@ -254,3 +257,59 @@ def test_usage_errors(pinproxy, tmp_path):
     assert suggest(pinproxy, tmp_path / "missing.log").returncode == 2
     nothing = suggest(pinproxy, stdin="")
     assert nothing.returncode == 1 and "0 host(s)" in nothing.stdout, nothing
+
+
+def test_an_intermediate_anchor_is_pinned_and_the_entry_keeps_its_trust_line(make_proxy, origins, pki, pinproxy):
+    """The case of issue 33: the entry verifies to the intermediate (trust = ["int-a.pem"]), so the
+    verified path is leaf, anchor. The block pins the issuing CA's key beside the leaf's, keeps the
+    entry's trust line and ports, and passes check without a warning."""
+    p = make_proxy(proxy={"allow_ports": [443]},
+                   hosts={API: {"trust": ["int-a.pem"], "enforce": False, "ports": [origins.api.port]}})
+    with Tunnel(p, API, origins.api.port) as t:
+        assert t.get("/small") == (200, originlib.SMALL_BODY)
+    p.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "allowed", what="the connection")
+    out = suggest(pinproxy, "--config", p.config_path, p.log_path)
+    assert out.returncode == 0, out
+    text = out.stdout
+    assert "1 leaf key(s), 1 intermediate key(s)" in text, text
+    block = tomllib.loads(text)["hosts"][API]
+    assert block["pins"] == [pki.spki("api"), pki.spki("int-a")], text
+    assert block["trust"] == ["int-a.pem"] and block["ports"] == [origins.api.port], text
+    assert "enforce" not in block and "BACKUP PIN NEEDED" not in text, text
+    assert f'# replaces hosts."{API}"' in text, text
+    cfg = p.dir / "suggested.toml"
+    cfg.write_text(text)
+    checked = run(pinproxy, "check", "--config", cfg)
+    assert checked.code == 0 and "warnings: 0" in checked.out, checked
+
+
+def test_a_pin_set_of_leaf_keys_alone_gets_a_marked_backup_slot(pinproxy, tmp_path):
+    """A self-signed leaf that is its own anchor: only its key can be learned. The block says it
+    breaks at the next renewal without a backup pin; check gives exactly the single-pin warning,
+    and none once the slot is filled."""
+    log = line("allowed", host="self.test", verified_pins=PIN_A) + "\n"
+    out = suggest(pinproxy, stdin=log)
+    assert out.returncode == 0, out
+    text = out.stdout
+    assert "# BACKUP PIN NEEDED: these are only leaf keys; the next certificate renewal (a new key) breaks this block" in text, text
+    cfg = tmp_path / "suggested.toml"
+    cfg.write_text(text)
+    checked = run(pinproxy, "check", "--config", cfg)
+    assert checked.code == 0 and "warnings: 1" in checked.out, checked
+    assert "has a single pin and no backup" in checked.out, checked
+    cfg.write_text(text.replace("  # BACKUP PIN NEEDED:", f'  "{PIN_B}",  # backup key\n  # BACKUP PIN NEEDED:', 1))
+    filled = run(pinproxy, "check", "--config", cfg)
+    assert filled.code == 0 and "warnings: 0" in filled.out, filled
+
+
+def test_an_installed_config_that_does_not_load_lends_no_keys_but_stops_nothing(pinproxy, tmp_path):
+    broken = tmp_path / "installed.toml"
+    broken.write_text('[hosts."a.test"]\ntrust = ["unreadable.pem"]\n')
+    env = {**os.environ, "PINPROXY_DEFAULT_CONFIG": str(broken)}
+    log = line("allowed", verified_pins=f"{PIN_A},{PIN_B}") + "\n"
+    out = subprocess.run([str(pinproxy), "suggest"], input=log, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and '[hosts."a.test"]' in out.stdout, out
+    assert "does not load here: the blocks keep no entry's keys" in out.stderr, out
+    named = subprocess.run([str(pinproxy), "suggest", "--config", str(broken)], input=log, capture_output=True, text=True,
+                           timeout=60)
+    assert named.returncode == 2 and f"{broken}:2:" in named.stderr, named

@@ -12,13 +12,15 @@ A directory of its own with a loose mode is made 0700, and the daemon starts.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from proxy_harness import TIMEOUT, make_proxy, pinned_entry  # noqa: F401 (fixture)
+from proxy_harness import TIMEOUT, free_port, make_proxy, pinned_entry  # noqa: F401 (fixture)
 from proxy_harness import API
 
 OTHER_UID = 65534  # nobody
@@ -128,3 +130,39 @@ def test_the_advice_for_the_services_directory_is_to_start_the_service(pinproxy,
     assert whose in r.stderr, r
     assert "systemctl start pinproxy" in r.stderr and "chown -R" not in r.stderr, r
     assert not (ca_dir / "ca.key").exists()
+
+
+def test_a_system_user_keeps_its_ca_in_var_lib_whatever_home_it_inherited(pinproxy, tmp_path):
+    """The case of issue 33: the daemon run by hand as a system user (here `daemon`, uid 1) with
+    root's HOME inherited (setpriv, sudo -u and su keep it) used ~/.local/state/pinproxy under
+    /root and could not start. A system user's CA lives in /var/lib/pinproxy, as under systemd's
+    StateDirectory=; the test mounts a tmpfs on /var/lib in a private mount namespace, so the
+    host's /var/lib is never touched."""
+    needs_root()
+    public = Path(tempfile.mkdtemp(prefix="pinproxy-system-user-", dir="/tmp"))
+    try:
+        public.chmod(0o755)
+        port = free_port()
+        config = public / "pinproxy.toml"
+        config.write_text(f'[proxy]\nlisten = ["127.0.0.1:{port}"]\n')
+        config.chmod(0o644)
+        script = f"""
+            set -e
+            mount -t tmpfs tmpfs /var/lib
+            install -d -o daemon -g daemon -m 0700 /var/lib/pinproxy
+            as_daemon="setpriv --reuid=daemon --regid=daemon --init-groups env HOME=/root"
+            $as_daemon {pinproxy} ca --config {config} | head -n 1
+            $as_daemon {pinproxy} run --config {config} > /dev/null 2> {public}/daemon.log &
+            daemon=$!
+            for i in $(seq 1 200); do grep -q 'event=started' {public}/daemon.log && break; sleep 0.05; done
+            kill -TERM $daemon; wait $daemon || true
+            stat -c '%U %a' /var/lib/pinproxy/ca.key
+        """
+        p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], capture_output=True,
+                           text=True, timeout=TIMEOUT * 3)
+        log = (public / "daemon.log").read_text() if (public / "daemon.log").exists() else ""
+        assert p.returncode == 0, (p, log)
+        assert p.stdout.splitlines() == ["/var/lib/pinproxy/ca.pem", "daemon 600"], (p, log)
+        assert "event=started" in log and "CA /var/lib/pinproxy/ca.pem" in log, log
+    finally:
+        shutil.rmtree(public, ignore_errors=True)

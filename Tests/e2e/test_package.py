@@ -95,6 +95,9 @@ def test_the_contents(deb, extracted):
     assert (extracted / "etc/pinproxy/pinproxy.toml").read_text() == (REPO / "config/pinproxy.toml").read_text()
     service = (extracted / "lib/systemd/system/pinproxy.service").read_text()
     assert "ExecStart=/usr/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml" in service, service
+    # systemctl reload waits for the daemon's result of that reload (RuntimeDirectory=) and fails with it.
+    assert "ExecReload=/usr/bin/pinproxy reload --config /etc/pinproxy/pinproxy.toml --pid $MAINPID --restart-pending-ok" in service, service
+    assert "RuntimeDirectory=pinproxy" in service and "Type=notify" in service, service
     assert "/usr/local" not in service and "# Installed by the pinproxy package into /lib/systemd/system/" in service, service
     owners = {line.split()[1] for line in dpkg_deb("-c", deb).splitlines()}
     assert owners == {"root/root"}, owners

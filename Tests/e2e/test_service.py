@@ -843,6 +843,7 @@ def test_install_sh_prefix_and_relative_destdir(pinproxy, tmp_path):
     assert (dest / "opt/pp/bin/pinproxy").is_file()
     svc = (dest / "etc/systemd/system/pinproxy.service").read_text()
     assert "ExecStart=/opt/pp/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml" in svc, svc
+    assert "ExecReload=/opt/pp/bin/pinproxy reload --config /etc/pinproxy/pinproxy.toml --pid $MAINPID" in svc, svc
     assert "/usr/local/bin/pinproxy" not in svc.split("[Service]")[1]
     egress = (dest / "etc/systemd/system/pinproxy-egress.service").read_text()
     assert "ExecStart=/opt/pp/bin/pinproxy egress apply --config /etc/pinproxy/pinproxy.toml" in egress, egress

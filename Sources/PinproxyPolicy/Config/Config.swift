@@ -19,6 +19,15 @@ public struct Config: Sendable {
     public let clients: ClientRules
     /// Warnings found at load time (the config is usable).
     public let warnings: [Diagnostic]
+    /// Where the keys that `check` judges against this host are written.
+    public internal(set) var lines = KeyLines()
+
+    /// Lines of keys in the config file (0 where the key is not written).
+    public struct KeyLines: Sendable {
+        public var transparentListen = 0
+        /// `capture.exempt_users`, else the `[capture]` header, else `transparent_listen`.
+        public var exemptUsers = 0
+    }
 }
 
 /// An address to listen on: an IP literal and a port.

@@ -104,10 +104,18 @@ public enum ConfigLoader {
         case .failure(let error):
             throw ConfigError(diagnostics: [Diagnostic(file: path, line: 1, severity: .error, message: error.description)])
         }
-        return Config(path: path, proxy: config.proxy, resolve: config.resolve, capture: config.capture, policies: config.policies,
-                      verdictContext: VerdictContext(publicSuffixes: publicSuffixList, ctLogs: config.ctLogs),
-                      clients: config.clients,
-                      warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
+        var loaded = Config(path: path, proxy: config.proxy, resolve: config.resolve, capture: config.capture, policies: config.policies,
+                            verdictContext: VerdictContext(publicSuffixes: publicSuffixList, ctLogs: config.ctLogs),
+                            clients: config.clients,
+                            warnings: diagnostics.filter { $0.severity == .warning }.sorted { $0.line < $1.line })
+        // Only a config that captures needs them (the index of every line is built on first use).
+        if !config.proxy.transparentListen.isEmpty {
+            let transparentListen = load.source.writtenLine(of: ["proxy", "transparent_listen"]) ?? 0
+            loaded.lines = Config.KeyLines(transparentListen: transparentListen,
+                                           exemptUsers: load.source.writtenLine(of: ["capture", "exempt_users"])
+                                               ?? load.source.writtenLine(of: ["capture"]) ?? transparentListen)
+        }
+        return loaded
     }
 }
 

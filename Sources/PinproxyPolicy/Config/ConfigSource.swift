@@ -81,6 +81,11 @@ final class ConfigSource: @unchecked Sendable {
         return path.isEmpty ? 1 : line(of: Array(path.dropLast()))
     }
 
+    /// The line of a header or key written in the text; nil when it is not.
+    func writtenLine(of path: [String]) -> Int? {
+        lines.lines[path.joined(separator: Self.separator)]
+    }
+
     /// The line, from the line of `path` up to the next header or key, on which `literal` first
     /// appears (an array element written on its own line); the line of `path` when not found.
     func line(of path: [String], containing literal: String) -> Int {
