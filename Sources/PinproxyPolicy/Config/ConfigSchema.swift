@@ -21,7 +21,7 @@ enum ConfigSchema {
         }.restartOnly(\.transparentListen),
         .nonEmptyString("ca_dir", .proxy,
                         default: .unset("`$STATE_DIRECTORY`, else `/var/lib/pinproxy` (root), else `$XDG_STATE_HOME/pinproxy` or `~/.local/state/pinproxy`"),
-                        doc: "where the local CA is created and kept (key 0600, directory 0700)") { $0.caDirectory = $1 }.restartOnly(\.caDirectory),
+                        doc: "where the local CA is created and kept (key 0600, directory 0700); `scripts/run` sets `$STATE_DIRECTORY` to `.build/run-state`") { $0.caDirectory = $1 }.restartOnly(\.caDirectory),
         .ports("allow_ports", .proxy, default: .value("[443]"),
                doc: "destination ports a CONNECT may name (an entry's `ports` overrides it)") { $0.allowPorts = $1 },
         .bool("block_private_destinations", .proxy, default: .value("true"),
