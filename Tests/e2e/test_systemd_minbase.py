@@ -27,7 +27,7 @@ require_box()
 if not os.access(Path(MINBASE) / "lib/systemd/systemd", os.X_OK):
     pytest.fail(f"PINPROXY_MINBASE_ROOT={MINBASE} has no systemd: run scripts/setup --tests to make it", pytrace=False)
 
-APT = ["apt-get", "install", "-y", "--no-download", "-o", "Dpkg::Options::=--force-confold"]
+APT = ["apt-get", "install", "-y", "-o", "Dpkg::Options::=--force-confold"]
 
 
 @pytest.fixture(scope="module")
