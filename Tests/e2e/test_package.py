@@ -53,7 +53,7 @@ def test_the_file_name_and_control_fields(deb):
     assert field["Package"] == "pinproxy" and field["Version"] == f"{VERSION}-1" and field["Architecture"] == arch, field
     assert field["Section"] == "net" and field["Priority"] == "optional" and field["Maintainer"], field
     depends = [d.strip().split(" ")[0] for d in field["Depends"].split(",")]
-    for needed in ("libc6", "libssl3", "libevent-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7",
+    for needed in ("libc6", "libssl3", "libevent-core-2.1-7", "libevent-extra-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7",
                    "libnghttp2-14", "libstdc++6", "publicsuffix", "adduser", "ca-certificates"):
         assert needed in depends, field["Depends"]
     assert field["Recommends"] == "nftables", field

@@ -57,7 +57,7 @@ def test_apt_installs_it_with_what_it_declares(box):
     p = box.run(*APT, str(box.deb), timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     installed = box.out("dpkg-query", "-W", "-f=${Package} ${Status}\n")
-    for needed in ("pinproxy", "ca-certificates", "publicsuffix", "libssl3", "libevent-2.1-7", "adduser"):
+    for needed in ("pinproxy", "ca-certificates", "publicsuffix", "libssl3", "libevent-core-2.1-7", "adduser"):
         assert f"{needed} install ok installed" in installed, needed
     assert "swift" not in installed.lower()
     assert "nftables install ok installed" in installed   # apt installs Recommends by default
