@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -154,7 +153,3 @@ class Box:
 def wait_for(predicate, timeout: float, what: str):
     """poll() with a coarser interval, for checks that run a command in the box."""
     return poll(predicate, timeout, interval=0.2, what=what)
-
-
-def elapsed_since(start: float) -> float:
-    return time.monotonic() - start
