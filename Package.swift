@@ -32,9 +32,12 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
+        // libevent_core, not libevent_openssl: the latter's pkg-config adds -levent (core and
+        // extra again, in one library) to the four the module map links, a dependency the
+        // binary would carry without using a symbol of it.
         .systemLibrary(
             name: "CLibevent",
-            pkgConfig: "libevent_openssl",
+            pkgConfig: "libevent_core",
             providers: [.apt(["libevent-dev"])]
         ),
         // HTTP/2 framing and HPACK, for the in-TLS refusal to clients that chose h2.

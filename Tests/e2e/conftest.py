@@ -127,6 +127,22 @@ class PKI:
 
 
 @pytest.fixture(scope="session")
+def deb(tmp_path_factory) -> Path:
+    """The Debian package (test_package.py, test_systemd_box.py): $PINPROXY_DEB, else built once
+    per session by scripts/package (a release build in .build-package, reused by the next run)."""
+    given = os.environ.get("PINPROXY_DEB")
+    if given:
+        return Path(given)
+    if shutil.which("dpkg-deb") is None:
+        pytest.fail("dpkg-deb is missing: scripts/setup --tests installs dpkg-dev", pytrace=False)
+    out = tmp_path_factory.mktemp("package")
+    p = subprocess.run([str(REPO / "scripts/package"), str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=3600, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"scripts/package failed:\n{p.stderr[-4000:]}"
+    return Path(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
 def pki(tmp_path_factory) -> PKI:
     d = tmp_path_factory.mktemp("pki")
     certs = pkilib.build_standard_set(d)

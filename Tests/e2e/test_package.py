@@ -31,18 +31,6 @@ VERSION = re.search(r'public static let version = "([^"]+)"',
 UNITS = sorted(p.name for p in (REPO / "systemd").iterdir() if p.suffix in (".service", ".socket"))
 
 
-@pytest.fixture(scope="session")
-def deb(tmp_path_factory) -> Path:
-    given = os.environ.get("PINPROXY_DEB")
-    if given:
-        return Path(given)
-    out = tmp_path_factory.mktemp("package")
-    p = subprocess.run([str(REPO / "scripts/package"), str(out)], cwd=REPO, capture_output=True, text=True,
-                       timeout=3600, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0, f"scripts/package failed:\n{p.stderr[-4000:]}"
-    return Path(p.stdout.strip().splitlines()[-1])
-
-
 def dpkg_deb(*args) -> str:
     return subprocess.run(["dpkg-deb", *map(str, args)], capture_output=True, text=True, check=True,
                           timeout=TIMEOUT).stdout
@@ -60,13 +48,15 @@ def test_the_file_name_and_control_fields(deb):
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
     assert deb.name == f"pinproxy_{VERSION}-1_{arch}.deb", deb
     field = {name: dpkg_deb("-f", deb, name).strip() for name in
-             ("Package", "Version", "Architecture", "Maintainer", "Depends", "Section", "Priority", "Description")}
+             ("Package", "Version", "Architecture", "Maintainer", "Depends", "Recommends", "Section", "Priority",
+              "Description")}
     assert field["Package"] == "pinproxy" and field["Version"] == f"{VERSION}-1" and field["Architecture"] == arch, field
     assert field["Section"] == "net" and field["Priority"] == "optional" and field["Maintainer"], field
     depends = [d.strip().split(" ")[0] for d in field["Depends"].split(",")]
-    for needed in ("libc6", "libssl3", "libevent-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7",
-                   "libnghttp2-14", "libstdc++6", "publicsuffix", "adduser"):
+    for needed in ("libc6", "libssl3", "libevent-core-2.1-7", "libevent-extra-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7",
+                   "libnghttp2-14", "libstdc++6", "publicsuffix", "adduser", "ca-certificates"):
         assert needed in depends, field["Depends"]
+    assert field["Recommends"] == "nftables", field
     assert not [d for d in depends if "swift" in d], field["Depends"]
     assert "neither enabled nor started" in field["Description"], field
 
@@ -87,12 +77,24 @@ def test_the_contents(deb, extracted):
         "/usr/share/doc/pinproxy/copyright",
         "/usr/share/doc/pinproxy/changelog.Debian.gz",
         "/usr/share/doc/pinproxy/changelog.gz",
+        "/usr/share/doc/pinproxy/README.md",
+        "/usr/share/lintian/overrides/pinproxy",
+        *(f"/usr/share/doc/pinproxy/docs/{page.name}" for page in (REPO / "docs").glob("*.md")),
+        # pinproxy.toml(5), once scripts/manpages writes it (generated from the key declarations)
+        *(f"/usr/share/man/man5/{page.name}" for page in (extracted / "usr/share/man/man5").glob("*.5.gz")),
         *(f"/lib/systemd/system/{unit}" for unit in UNITS),
         *(f"/usr/share/man/man1/pinproxy-{command}.1.gz" for command in commands),
     }
     assert files == expected, (files - expected, expected - files)
     assert (extracted / "DEBIAN/conffiles").read_text() == "/etc/pinproxy/pinproxy.toml\n"
-    assert (extracted / "etc/pinproxy/pinproxy.toml").read_text() == (REPO / "config/pinproxy.toml").read_text()
+    installed = (extracted / "etc/pinproxy/pinproxy.toml").read_text()
+    # config/pinproxy.toml, its documentation references pointing at /usr/share/doc/pinproxy
+    assert "# Documentation: /usr/share/doc/pinproxy/README.md and /usr/share/doc/pinproxy/docs/.\n" in installed
+    shipped = (REPO / "config/pinproxy.toml").read_text()
+    assert re.sub(r"\bdocs/", "/usr/share/doc/pinproxy/docs/", shipped).splitlines() == \
+        [line for line in installed.splitlines() if not line.startswith("# Documentation: ")]
+    for page in re.findall(r"/usr/share/doc/pinproxy/docs/([a-z-]+\.md)", installed):
+        assert (extracted / "usr/share/doc/pinproxy/docs" / page).is_file(), page
     service = (extracted / "lib/systemd/system/pinproxy.service").read_text()
     assert "ExecStart=/usr/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml" in service, service
     # systemctl reload waits for the daemon's result of that reload (RuntimeDirectory=) and fails with it.
@@ -126,12 +128,67 @@ def test_the_extracted_binary_runs_without_swift_libraries(extracted):
     assert page.returncode == 0 and page.stderr == "" and "--config" in page.stdout, page
 
 
-def test_lintian_finds_no_error(deb):
+def test_md5sums_cover_every_file_but_the_conffile(deb, extracted):
+    listed = {line.split(None, 1)[1] for line in (extracted / "DEBIAN/md5sums").read_text().splitlines()}
+    files = {str(p.relative_to(extracted)) for p in extracted.rglob("*") if p.is_file() and p.parts[len(extracted.parts)] != "DEBIAN"}
+    assert listed == files - {"etc/pinproxy/pinproxy.toml"}, (listed ^ files)
+    check = subprocess.run(["md5sum", "--check", "--quiet", str(extracted / "DEBIAN/md5sums")], cwd=extracted,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+    assert check.returncode == 0, check
+
+
+def test_man_page_footers_read_cleanly_at_80_columns(extracted):
+    for page in sorted((extracted / "usr/share/man").rglob("*.gz")):
+        text = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=TIMEOUT,
+                              env=clean_env(MANWIDTH="80", MAN_KEEP_FORMATTING="")).stdout
+        footer = text.rstrip("\n").splitlines()[-1]
+        assert re.fullmatch(rf"pinproxy {re.escape(VERSION)} +\d{{4}}-\d{{2}}-\d{{2}} +[A-Z.-]+\(\d\)", footer.strip()), (page.name, footer)
+
+
+def test_dpkg_shlibdeps_finds_no_useless_dependency(extracted, tmp_path):
+    (tmp_path / "debian").mkdir()
+    (tmp_path / "debian/control").write_text("Source: pinproxy\n\nPackage: pinproxy\nArchitecture: any\n")
+    p = subprocess.run(["dpkg-shlibdeps", "-O", "--warnings=7", str(extracted / "usr/bin/pinproxy")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+
+
+def test_the_binary_names_no_checkout_path(extracted):
+    strings = subprocess.run(["strings", "-a", str(extracted / "usr/bin/pinproxy")], capture_output=True, text=True,
+                             timeout=120).stdout
+    found = sorted({line for line in strings.splitlines() if str(REPO) in line})
+    assert found == [], found[:20]
+
+
+def test_lintian_finds_no_error_and_none_of_the_known_warnings(deb):
     if shutil.which("lintian") is None:
         pytest.fail("lintian is missing: scripts/setup --tests installs it", pytrace=False)
     r = subprocess.run(["lintian", "--no-cfg", "--fail-on", "error", str(deb)], capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0 and not re.search(r"^E: ", r.stdout, re.M), r.stdout + r.stderr
+    for tag in ("no-md5sums-control-file", "hardening-no-bindnow", "hardening-no-fortify-functions",
+                "hardening-no-relro", "md5sums-lists-nonexistent-file", "file-missing-in-md5sums"):
+        assert tag not in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(os.environ.get("PINPROXY_SLOW_TESTS") != "1",
+                    reason="two release builds (set PINPROXY_SLOW_TESTS=1)")
+def test_two_builds_from_two_directories_give_the_same_deb(deb, tmp_path):
+    """Two clones of HEAD (its committed state) in two directories, each built from scratch: the
+    two .deb files are byte for byte the same."""
+    epoch = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True, text=True).stdout.strip()
+    debs = []
+    for name in ("one", "other-place"):
+        copy = tmp_path / name / "pinproxy"
+        subprocess.run(["git", "clone", "-q", "--no-local", str(REPO), str(copy)], check=True, timeout=600)
+        p = subprocess.run([str(copy / "scripts/package"), str(tmp_path / f"out-{name}")], cwd=copy, capture_output=True,
+                           text=True, timeout=7200, stdin=subprocess.DEVNULL,
+                           env=clean_env(SOURCE_DATE_EPOCH=epoch))
+        assert p.returncode == 0, p.stderr[-4000:]
+        debs.append(Path(p.stdout.strip().splitlines()[-1]))
+        shutil.rmtree(copy / ".build-package", ignore_errors=True)
+    assert debs[0].read_bytes() == debs[1].read_bytes(), \
+        subprocess.run(["cmp", "-l", str(debs[0]), str(debs[1])], capture_output=True, text=True).stdout[:2000]
 
 
 # ---------------------------------------------------------------- maintainer scripts

@@ -5,7 +5,8 @@ lines (no waits: the block waits for itself).
 It runs in a network namespace of its own (so that its fixed ports 8443 and 3129 are free) and a
 mount namespace with a fresh tmpfs on /tmp (so that its fixed /tmp/pinproxy-try is its own). Its
 working directory there stands for the repository: `.build/release/pinproxy` is the binary
-under test, and `Tests` is the repository's.
+under test, `Tests` and `.build/python` are the repository's, bound in (a clone under /tmp
+stays reachable).
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ from proxy_harness import REPO, TIMEOUT, clean_env
 SECTION = "## Try it in five minutes"
 
 # Run as root in the new namespaces; the tour itself comes on stdin, as pasted.
+# The binary, Tests and the Python packages' virtual environment (scripts/setup) are opened
+# before the tmpfs hides /tmp (where the clone may live) and bound in from those descriptors.
 SETUP = r"""
 set -eu
 ip link set lo up
+exec 3<"$PP_BINARY" 4<"$PP_REPOSITORY/Tests"
+venv="$PP_REPOSITORY/.build/python"
+if [ -d "$venv" ]; then exec 5<"$venv"; fi
 mount -t tmpfs tmpfs /tmp
-mkdir -p /tmp/repository/.build/release
-ln -s "$PP_BINARY" /tmp/repository/.build/release/pinproxy
-ln -s "$PP_REPOSITORY/Tests" /tmp/repository/Tests
+mkdir -p /tmp/repository/.build/release /tmp/repository/Tests
+touch /tmp/repository/.build/release/pinproxy
+mount --bind /proc/self/fd/3 /tmp/repository/.build/release/pinproxy
+mount --bind /proc/self/fd/4 /tmp/repository/Tests
+if [ -e /proc/self/fd/5 ]; then mkdir /tmp/repository/.build/python && mount --bind /proc/self/fd/5 /tmp/repository/.build/python; fi
+exec 3<&- 4<&- 5<&-
 cd /tmp/repository
 exec bash -eu
 """

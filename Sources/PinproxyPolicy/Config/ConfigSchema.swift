@@ -23,7 +23,7 @@ enum ConfigSchema {
         .nonEmptyString("ca_dir", .proxy, \.caDirectory,
                         unset: "`$STATE_DIRECTORY`, else `/var/lib/pinproxy` (root), else `$XDG_STATE_HOME/pinproxy` or `~/.local/state/pinproxy`",
                         example: #""/var/lib/pinproxy""#,
-                        doc: "where the local CA is created and kept (key 0600, directory 0700)").restartOnly(\.caDirectory),
+                        doc: "where the local CA is created and kept (key 0600, directory 0700); `scripts/run` sets `$STATE_DIRECTORY` to `.build/run-state`").restartOnly(\.caDirectory),
         .ports("allow_ports", .proxy, \.allowPorts, default: [443], doc: "destination ports a CONNECT may name (an entry's `ports` overrides it)"),
         .bool("block_private_destinations", .proxy, \.blockPrivateDestinations, default: true,
               doc: "refuse destinations that resolve to special-purpose addresses (`destination-denied`; see [how-it-works.md](how-it-works.md#the-data-flow))"),

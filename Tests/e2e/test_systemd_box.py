@@ -1,0 +1,463 @@
+"""pinproxy under a real systemd, installed from its own package: one systemd box
+(systemd_box.py) for the module, the .deb from scripts/package installed with `apt install
+./pinproxy_….deb` (dependencies from the machine's root below the box), then the service's life
+in order: enable --now (READY=1, STATUS=), a pinned CONNECT client and the journal's decision
+lines, reloads good and broken, a restart under a client connecting every 10 ms, the watchdog,
+the egress lock with the origin in a network namespace joined by a veth pair, the journal's
+contents, `systemd-analyze security`, then upgrade, remove and purge; last, the watchdog again
+with scripts/install.sh's dynamically linked binary.
+
+The tests run in file order and each starts from the state the one before left (one boot, a few
+seconds, instead of one per test). Skips with one line where no box can boot; fails instead
+under PINPROXY_REQUIRE_SYSTEMD=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import pki as pkilib
+from proxy_harness import REPO
+from systemd_box import Box, require_box, wait_for
+
+require_box()
+
+CONFIG = "/etc/pinproxy/pinproxy.toml"
+ORIGIN_PORT = 8443
+METRICS = "127.0.0.1:9128"
+#: The veth pair to the origin's namespace: traffic between two namespaces of the box only.
+BOX_SIDE, ORIGIN_SIDE = "10.231.0.1", "10.231.0.2"
+#: Seconds: the drop-in's WatchdogSec (the shipped 30 s would only slow the test down).
+WATCHDOG = 5
+
+#: The origin: the test PKI's leaf on ADDRESS:PORT, until stopped.
+ORIGIN = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import origin
+o = origin.TLSOrigin(sys.argv[2], sys.argv[3], name="box", address=sys.argv[4], port=int(sys.argv[5]))
+time.sleep(1e9)
+"""
+
+#: Connects to the CONNECT port every 10 ms until the file argv[1] exists; prints the counts.
+STEADY_CLIENT = """
+import json, os, socket, sys, time
+stop, port, target = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+counts = {"ok": 0, "refused": 0, "other": []}
+while not os.path.exists(stop):
+    s = socket.socket()
+    s.settimeout(20)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+        head = s.recv(64).decode(errors="replace")
+        if head.startswith("HTTP/1.1 200"):
+            counts["ok"] += 1
+        else:
+            counts["other"].append(head[:40])
+    except ConnectionRefusedError:
+        counts["refused"] += 1
+    except OSError as e:
+        counts["other"].append(repr(e))
+    finally:
+        s.close()
+    time.sleep(0.01)
+print(json.dumps(counts))
+"""
+
+UDP_PROBE = """
+import errno, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"quic initial?", (sys.argv[1], 443)); print("sent")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+
+# --------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, deb) -> Path:
+    """The directory bound into the box at the same path: the .deb, the PKI, scripts."""
+    d = tmp_path_factory.mktemp("box")
+    os.chmod(d, 0o755)
+    shutil.copy(deb, d / deb.name)
+    root = pkilib.make_root("pinproxy box test root")
+    leaf = pkilib.make_leaf("api.test", root, san_dns=["api.test", "other.test", "egress.test"])
+    pkilib.write_pem(d / "root.pem", root.cert)
+    leaf.write(d, "leaf", root)
+    (d / "pin").write_text(leaf.spki_pin)
+    for f in d.iterdir():
+        os.chmod(f, 0o644)
+    return d
+
+
+@pytest.fixture(scope="module")
+def box(work):
+    b = Box(binds=[str(REPO), str(work)])
+    b.start()
+    b.work = work
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def config(work: Path, *, other_pin: str | None = None, extra: str = "") -> str:
+    """The test's /etc/pinproxy/pinproxy.toml: api.test pinned; other.test pinned to OTHER_PIN
+    (default: a pin that matches nothing, so it is refused)."""
+    pin = (work / "pin").read_text()
+    other = other_pin or pkilib._b64_sha256(b"pinproxy box test: no such key")
+    backup = pkilib._b64_sha256(b"pinproxy box test: a backup key kept offline")
+    return f"""# pinproxy box test
+[proxy]
+listen = ["127.0.0.1:3128"]
+allow_ports = [443, {ORIGIN_PORT}]
+block_private_destinations = false
+metrics_listen = "{METRICS}"
+transparent_listen = ["127.0.0.1:3129", "[::1]:3129"]
+
+[capture]
+ports = [443]
+
+[resolve]
+"api.test" = "127.0.0.1"
+"other.test" = "127.0.0.1"
+
+[default]
+action = "deny"
+
+[hosts."api.test"]
+trust = ["/etc/pinproxy/root.pem"]
+pin = "public-key"
+pins = ["{pin}", "{backup}"]
+
+[hosts."other.test"]
+trust = ["/etc/pinproxy/root.pem"]
+pin = "public-key"
+pins = ["{other}", "{backup}"]
+
+[hosts."egress.test"]
+trust = ["/etc/pinproxy/root.pem"]
+pin = "public-key"
+pins = ["{pin}", "{backup}"]
+{extra}"""
+
+
+def curl(box: Box, url: str, *extra: str, proxy: bool = True, cacert: str = "/tmp/pinproxy-ca.pem"):
+    argv = ["curl", "-sS", "--max-time", "20", "--cacert", cacert, *extra]
+    if proxy:
+        argv += ["-x", "http://127.0.0.1:3128"]
+    return box.run(*argv, url)
+
+
+def metric(box: Box, name: str) -> float | None:
+    text = box.out("curl", "-sS", "--max-time", "10", f"http://{METRICS}/metrics")
+    m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def main_pid(box: Box) -> int:
+    return int(box.unit("pinproxy.service", "MainPID")["MainPID"])
+
+
+def reload_and_wait(box: Box, before: float) -> None:
+    box.run("systemctl", "reload", "pinproxy")
+    wait_for(lambda: (metric(box, "pinproxy_config_reloads_total") or 0) > before, 30, "the reload to be counted")
+
+
+def reloads_total(box: Box) -> float:
+    text = box.out("curl", "-sS", "--max-time", "10", f"http://{METRICS}/metrics")
+    return sum(float(v) for v in re.findall(r"^pinproxy_config_reloads_total(?:\{[^}]*\})? (\S+)$", text, re.M))
+
+
+# --------------------------------------------------------------------------
+# install, start, decide
+
+
+def test_apt_installs_the_package_and_dpkg_verifies_it(box, work, deb):
+    p = box.run("apt-get", "install", "-y", "-o", "Dpkg::Options::=--force-confold",
+                str(work / deb.name), timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    verify = box.run("dpkg", "--verify", "pinproxy")
+    assert verify.returncode == 0 and verify.stdout == "", verify
+    assert box.out("id", "-un", "pinproxy").strip() == "pinproxy"
+    state = box.unit("pinproxy.service", "UnitFileState", "ActiveState")
+    assert state == {"UnitFileState": "disabled", "ActiveState": "inactive"}, state
+
+
+def test_enable_now_reports_ready_and_status(box, work):
+    box.run("install", "-m", "0644", str(work / "root.pem"), "/etc/pinproxy/root.pem", check=True)
+    box.write(CONFIG, config(work))
+    box.spawn("origin", "python3", "-c", ORIGIN, str(REPO / "Tests/e2e"), str(work / "leaf-chain.pem"),
+              str(work / "leaf.key"), "127.0.0.1", str(ORIGIN_PORT))
+    box.wait_port(ORIGIN_PORT)
+    box.run("systemctl", "enable", "--now", "pinproxy", check=True)
+    u = box.wait_active("pinproxy.service")
+    # Type=notify: active (running) only after READY=1; the STATUS= line is the daemon's.
+    assert u["SubState"] == "running" and u["StatusText"], u
+    assert "listening" in u["StatusText"] or "connections" in u["StatusText"], u["StatusText"]
+    assert box.unit("pinproxy.socket", "ActiveState")["ActiveState"] == "active"
+    box.sh("install -m 0644 /var/lib/pinproxy/ca.pem /tmp/pinproxy-ca.pem")
+
+
+def test_a_pinned_client_passes_a_refused_one_is_told_and_journaled(box):
+    ok = curl(box, f"https://api.test:{ORIGIN_PORT}/small")
+    assert ok.returncode == 0 and ok.stdout == "hello from the pinproxy test origin\n", ok
+    refused = curl(box, f"https://other.test:{ORIGIN_PORT}/small")
+    assert refused.returncode != 0, refused
+    warnings = wait_for(lambda: (j := box.journal("pinproxy", "-p", "warning")) and "host=other.test" in j and j,
+                        20, "the refusal in journalctl -u pinproxy -p warning")
+    refusal = [l for l in warnings.splitlines() if "event=connection" in l and "host=other.test" in l]
+    assert len(refusal) == 1 and "outcome=refused reason=pin-mismatch" in refusal[0], warnings
+    assert "host=api.test" not in warnings, warnings     # the allowed one is at info
+    assert [l for l in box.journal("pinproxy").splitlines() if "event=connection" in l and "host=api.test" in l
+            and "outcome=allowed" in l], box.journal("pinproxy")[-3000:]
+
+
+def test_reload_good_takes_effect_broken_keeps_the_old_policy(box, work):
+    before = reloads_total(box)
+    box.write(CONFIG, config(work, other_pin=(work / "pin").read_text()))
+    box.run("systemctl", "reload", "pinproxy", check=True)
+    wait_for(lambda: reloads_total(box) > before, 30, "the good reload to be counted")
+    assert metric(box, "pinproxy_config_last_reload_successful") == 1
+    assert curl(box, f"https://other.test:{ORIGIN_PORT}/small").returncode == 0
+
+    pid = main_pid(box)
+    before = reloads_total(box)
+    box.write(CONFIG, config(work) + "\n[hosts.\"broken.test\"\npin = \n")
+    reload = box.run("systemctl", "reload", "pinproxy")
+    wait_for(lambda: reloads_total(box) > before, 30, "the broken reload to be counted")
+    assert metric(box, "pinproxy_config_last_reload_successful") == 0
+    assert main_pid(box) == pid and box.unit("pinproxy.service", "ActiveState")["ActiveState"] == "active"
+    # The old policy stays: other.test still passes with the pin the broken file would have removed.
+    assert curl(box, f"https://other.test:{ORIGIN_PORT}/small").returncode == 0
+    journal = box.journal("pinproxy", "-p", "warning")
+    assert "pinproxy.toml:" in journal and "reload" in journal.lower(), journal[-2000:]
+    print(f"systemctl reload of a broken config: exit {reload.returncode} ({reload.stderr.strip()!r})")
+    box.write(CONFIG, config(work))
+    box.run("systemctl", "reload", "pinproxy", check=True)
+    wait_for(lambda: metric(box, "pinproxy_config_last_reload_successful") == 1, 30, "the repaired config")
+
+
+def test_restart_under_a_client_every_10_ms_refuses_none(box, work):
+    stop = "/tmp/steady-client.stop"
+    box.spawn("steady-client", "sh", "-c", f'python3 -c "$0" {stop} 3128 api.test:{ORIGIN_PORT} > /tmp/steady.json',
+              STEADY_CLIENT)
+    wait_for(lambda: "pinproxy_connections" in box.out("curl", "-sS", f"http://{METRICS}/metrics"), 10, "metrics")
+    time.sleep(0.5)  # let the client run before the restart  # noqa: a pace, not a synchronisation
+    old = main_pid(box)
+    box.run("systemctl", "restart", "pinproxy", check=True)
+    box.wait_active("pinproxy.service")
+    assert main_pid(box) != old
+    time.sleep(0.5)  # and after it  # noqa
+    box.run("touch", stop)
+    wait_for(lambda: box.run("systemctl", "is-active", "steady-client").stdout.strip() != "active", 30,
+             "the client to finish")
+    counts = json.loads(box.out("cat", "/tmp/steady.json"))
+    assert counts["ok"] > 10 and counts["refused"] == 0 and counts["other"] == [], counts
+
+
+def test_the_watchdog_replaces_a_frozen_daemon(box):
+    watchdog_replaces_frozen(box)
+
+
+def watchdog_replaces_frozen(box: Box) -> None:
+    """SIGSTOP the daemon: systemd aborts it after WatchdogSec and starts a new one."""
+    box.write("/etc/systemd/system/pinproxy.service.d/test-watchdog.conf",
+              f"[Service]\nWatchdogSec={WATCHDOG}s\nLimitCORE=0\n")
+    box.run("systemctl", "daemon-reload", check=True)
+    box.run("systemctl", "restart", "pinproxy", check=True)
+    box.wait_active("pinproxy.service")
+    frozen = main_pid(box)
+    restarts = int(box.unit("pinproxy.service", "NRestarts")["NRestarts"])
+    box.run("kill", "-STOP", str(frozen), check=True)
+    start = time.monotonic()
+    wait_for(lambda: main_pid(box) not in (0, frozen) and box.unit("pinproxy.service", "ActiveState")["ActiveState"] == "active",
+             WATCHDOG + 10, f"a new pinproxy within WatchdogSec ({WATCHDOG} s) + 10 s")
+    took = time.monotonic() - start
+    print(f"watchdog: frozen daemon replaced after {took:.1f} s (WatchdogSec={WATCHDOG}s)")
+    # systemd's restart after the watchdog's abort (the box's systemd logs nothing of its own)
+    assert int(box.unit("pinproxy.service", "NRestarts")["NRestarts"]) == restarts + 1
+    assert box.run("kill", "-0", str(frozen)).returncode != 0, "the frozen daemon lingers"
+    journal = box.journal("pinproxy")
+    assert journal.count("Backtrace took") <= 1, journal[-4000:]
+    assert curl(box, f"https://api.test:{ORIGIN_PORT}/small").returncode == 0
+    box.run("rm", "-rf", "/etc/systemd/system/pinproxy.service.d", check=True)
+    box.run("systemctl", "daemon-reload", check=True)
+    box.run("systemctl", "restart", "pinproxy", check=True)
+    box.wait_active("pinproxy.service")
+
+
+# --------------------------------------------------------------------------
+# the egress lock
+
+
+def test_the_egress_lock_pins_a_client_without_proxy_variables(box, work):
+    box.sh(f"""
+        ip netns add origin
+        ip link add veth-box type veth peer name veth-origin netns origin
+        ip addr add {BOX_SIDE}/30 dev veth-box && ip link set veth-box up
+        ip -n origin addr add {ORIGIN_SIDE}/30 dev veth-origin
+        ip -n origin link set veth-origin up && ip -n origin link set lo up
+        echo "{ORIGIN_SIDE} egress.test" >> /etc/hosts
+    """, check=True)
+    box.spawn("origin-netns", "ip", "netns", "exec", "origin", "python3", "-c", ORIGIN, str(REPO / "Tests/e2e"),
+              str(work / "leaf-chain.pem"), str(work / "leaf.key"), ORIGIN_SIDE, "443")
+    box.wait_port(443, ORIGIN_SIDE)
+    box.run("systemctl", "enable", "--now", "pinproxy-egress", check=True)
+    assert "table inet pinproxy" in box.out("nft", "list", "tables")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+    pinned = box.run(*nobody, "curl", "-sS", "--max-time", "20", "--cacert", "/tmp/pinproxy-ca.pem",
+                     "https://egress.test/small")
+    assert pinned.returncode == 0 and pinned.stdout.startswith("hello"), pinned
+    journal = wait_for(lambda: (j := box.journal("pinproxy")) and "egress.test" in j and j, 20, "the decision line")
+    assert "egress.test" in journal
+    udp = box.run(*nobody, "python3", "-c", UDP_PROBE, ORIGIN_SIDE)
+    assert udp.stdout.strip() != "sent", udp
+
+    # Fail closed: pinproxy stopped, the lock stays and HTTPS fails rather than going out unpinned.
+    box.run("systemctl", "stop", "pinproxy.service", "pinproxy.socket", check=True)
+    assert "table inet pinproxy" in box.out("nft", "list", "tables")
+    closed = box.run(*nobody, "curl", "-sS", "--max-time", "10", "--cacert", str(work / "root.pem"),
+                     "https://egress.test/small")
+    assert closed.returncode != 0, closed
+    box.run("systemctl", "stop", "pinproxy-egress", check=True)
+    assert "table inet pinproxy" not in box.out("nft", "list", "tables")
+    direct = box.run(*nobody, "curl", "-sS", "--max-time", "10", "--cacert", str(work / "root.pem"),
+                     "https://egress.test/small")
+    assert direct.returncode == 0, direct   # the lock lifted: straight to the origin
+    box.run("systemctl", "start", "pinproxy-egress", "pinproxy", check=True)
+    box.wait_active("pinproxy.service")
+
+
+# --------------------------------------------------------------------------
+# the unit as installed
+
+
+def nice_limit(box: Box) -> int:
+    """The running daemon's RLIMIT_NICE (systemd grants LimitNICE= only holding CAP_SYS_RESOURCE)."""
+    limits = box.out("cat", f"/proc/{main_pid(box)}/limits")
+    return int(re.search(r"^Max nice priority\s+(\d+)", limits, re.M).group(1))
+
+
+def test_the_journal_holds_only_pinproxy_lines(box):
+    """Every line of the unit's journal is pinproxy's own log line or systemd's (PID 1)."""
+    assert box.unit("pinproxy.service", "LimitNICE")["LimitNICE"] == "24"   # LimitNICE=-4
+    granted = nice_limit(box) == 24
+    foreign = []
+    for entry in box.journal_entries("pinproxy"):
+        message = entry.get("MESSAGE", "")
+        if entry.get("_PID") == "1" or entry.get("_COMM") == "systemd":
+            continue
+        if isinstance(message, list):
+            message = bytes(message).decode(errors="replace")
+        if re.match(r"^(time=|\{|level=|event=)", message) or "event=" in message:
+            continue
+        foreign.append(message)
+    if not granted:
+        # This machine withholds CAP_SYS_RESOURCE: libdispatch's manager thread cannot get nice -4.
+        print("RLIMIT_NICE not granted here (no CAP_SYS_RESOURCE): libdispatch's line is expected")
+        foreign = [m for m in foreign if not m.startswith("Failed to set thread priority for worker thread")]
+    assert foreign == [], foreign
+
+
+def test_systemd_analyze_security_is_no_worse_than_1_6(box):
+    p = box.run("systemd-analyze", "security", "pinproxy.service")
+    m = re.search(r"Overall exposure level for pinproxy\.service: (\d+\.\d+)", p.stdout)
+    assert m, p.stdout[-2000:] + p.stderr
+    print(f"systemd-analyze security pinproxy.service: {m.group(1)}")
+    assert float(m.group(1)) <= 1.6, p.stdout
+
+
+# --------------------------------------------------------------------------
+# the package's life
+
+
+def repack(deb: Path, directory: Path, version: str) -> Path:
+    """DEB with its Version: replaced by VERSION (a newer build of the same contents)."""
+    tree = directory / f"tree-{version}"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
+    control = tree / "DEBIAN/control"
+    control.write_text(re.sub(r"^Version: .*$", f"Version: {version}", control.read_text(), flags=re.M))
+    out = directory / f"pinproxy_{version}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(tree), str(out)], check=True,
+                   capture_output=True)
+    shutil.rmtree(tree)
+    os.chmod(out, 0o644)
+    return out
+
+
+def test_upgrade_keeps_config_edits_and_restarts_only_a_running_service(box, work, deb):
+    edited = box.out("cat", CONFIG)
+    assert edited.startswith("# pinproxy box test")
+    before = box.unit("pinproxy.service", "InvocationID")["InvocationID"]
+    same = box.run("apt-get", "install", "-y", "--reinstall", str(work / deb.name), timeout=300)
+    assert same.returncode == 0, same.stdout[-2000:] + same.stderr[-2000:]
+    assert box.out("cat", CONFIG) == edited
+    after = box.wait_active("pinproxy.service")["InvocationID"]
+    assert after != before, "the running service was not restarted by the upgrade over itself"
+
+    version = box.out("dpkg-query", "-W", "-f=${Version}", "pinproxy").strip()
+    newer = repack(deb, work, version.rsplit("-", 1)[0] + "-1+boxtest1")
+    box.run("systemctl", "stop", "pinproxy.service", check=True)
+    up = box.run("apt-get", "install", "-y", str(newer), timeout=300)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    assert box.out("dpkg-query", "-W", "-f=${Version}", "pinproxy").endswith("+boxtest1")
+    assert box.out("cat", CONFIG) == edited
+    state = box.unit("pinproxy.service", "ActiveState")["ActiveState"]
+    assert state == "inactive", f"a stopped service was started by the upgrade: {state}"
+    box.run("systemctl", "start", "pinproxy", check=True)
+    box.wait_active("pinproxy.service")
+
+
+def test_remove_stops_the_service_and_lifts_the_lock_purge_deletes_the_ca(box):
+    assert "table inet pinproxy" in box.out("nft", "list", "tables")
+    assert box.run("test", "-e", "/var/lib/pinproxy/ca.key").returncode == 0
+    p = box.run("apt-get", "remove", "-y", "pinproxy", timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    for unit in ("pinproxy.service", "pinproxy.socket", "pinproxy-egress.service"):
+        assert box.run("systemctl", "is-active", unit).stdout.strip() != "active", unit
+    assert "table inet pinproxy" not in box.out("nft", "list", "tables")
+    assert box.run("test", "-e", CONFIG).returncode == 0      # remove keeps the conffile and the CA
+    assert box.run("test", "-e", "/var/lib/pinproxy/ca.key").returncode == 0
+
+    purge = box.run("apt-get", "purge", "-y", "pinproxy", timeout=300)
+    assert purge.returncode == 0, purge.stdout[-2000:] + purge.stderr[-2000:]
+    assert box.run("test", "-e", "/var/lib/pinproxy").returncode != 0
+    assert box.run("test", "-e", CONFIG).returncode != 0
+    assert "deleted the local CA" in purge.stdout + purge.stderr
+    # The system user stays (Debian leaves system users behind: their files may remain elsewhere).
+    assert box.run("id", "pinproxy").returncode == 0
+
+
+# --------------------------------------------------------------------------
+# scripts/install.sh's binary
+
+
+def test_the_watchdog_replaces_install_sh_s_dynamic_binary(box, work, pinproxy):
+    """The dynamically linked binary (the Swift runtime's own crash handler in it) is replaced in
+    the same time as the package's static one."""
+    ldd = subprocess.run(["ldd", str(pinproxy)], capture_output=True, text=True).stdout
+    assert "libswiftCore" in ldd, f"{pinproxy} is not linked dynamically to the Swift runtime:\n{ldd}"
+    p = box.run(str(REPO / "scripts/install.sh"), env={"PINPROXY_BINARY": str(pinproxy)}, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    box.run("install", "-m", "0644", str(work / "root.pem"), "/etc/pinproxy/root.pem", check=True)
+    box.write(CONFIG, config(work))
+    box.run("systemctl", "daemon-reload", check=True)
+    box.run("systemctl", "enable", "--now", "pinproxy", check=True)
+    box.wait_active("pinproxy.service")
+    box.sh("install -m 0644 /var/lib/pinproxy/ca.pem /tmp/pinproxy-ca.pem")
+    watchdog_replaces_frozen(box)
