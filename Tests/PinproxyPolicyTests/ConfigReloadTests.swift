@@ -24,7 +24,7 @@ final class ConfigReloadTests: XCTestCase {
         "listen": #"["127.0.0.1:3999"]"#, "transparent_listen": #"["127.0.0.1:3129"]"#, "ca_dir": #""/tmp/ca""#,
         "allow_ports": "[443, 8443]", "block_private_destinations": "false", "workers": "3", "log_format": #""json""#,
         "metrics_listen": #""127.0.0.1:9128""#, "request_timeout": "11", "dns_timeout": "11", "connect_timeout": "11",
-        "handshake_timeout": "11", "idle_timeout": "30", "drain_timeout": "5", "max_connections": "100",
+        "handshake_timeout": "11", "idle_timeout": "30", "drain_timeout": "5", "max_connections": "100", "max_tunnels_per_client": "10",
         "relay_buffer_bytes": "8192", "admin_timeout": "3", "refusal": #""in-tls""#, "pid_file": #""/tmp/p.pid""#,
         "report_to": #"["file:/tmp/reports.jsonl"]"#, "report_rate_limit": "5", "report_file_max_bytes": "1000",
         "verify_command_timeout": "6", "verify_command_cache": "0", "verify_command_concurrency": "2",
