@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import PinproxyCore
 import CPinproxyShims
 
 /// This process's capabilities. Linux keeps them per thread: a thread inherits its creator's

@@ -1,6 +1,7 @@
 import Glibc
 import CPinproxyShims  // owns SOCK_STREAM once a compile job has loaded it (see Descriptor.swift)
 import Foundation
+import PinproxyCore
 
 /// A listening TCP socket bound without `SO_REUSEPORT`: while it listens, no other socket can
 /// bind its address, not even one of the same user that sets `SO_REUSEPORT` itself. The egress

@@ -1,4 +1,6 @@
 import Glibc
+import CPinproxyShims  // owns SOCK_STREAM once a compile job has loaded it (see Descriptor.swift)
+import PinproxyCore
 
 /// Whether this network namespace can bind IPv6 loopback, asked the way the daemon would bind
 /// its `[::1]` transparent listener.

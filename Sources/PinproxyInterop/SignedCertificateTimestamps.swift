@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import PinproxyCore
 import COpenSSL
 import CPinproxyShims
 

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import Logging
 import PinproxyInterop
 import PinproxyPolicy
@@ -32,7 +33,7 @@ public struct AccessLog: Sendable {
             switch self {
             case .port, .status, .bytesUp, .bytesDown, .entries, .clientUID: return .integer
             case .duration: return .number
-            case .time, .level, .event, .client, .clientUser, .clientUnit, .clientExe, .host, .upstream, .entry, .outcome, .reason, .reopenOutcome,
+            case .time, .level, .event, .client, .clientUser, .clientUnit, .clientExe, .clientAddress, .clientNet, .host, .upstream, .entry, .outcome, .reason, .reopenOutcome,
                  .reopenReason, .alpn, .detail, .ct, .scts, .chain, .presentedChain, .verifiedChain, .verifiedPins, .listener, .address, .config, .error,
                  .warning:
                 return .string

@@ -1,3 +1,4 @@
+import PinproxyCore
 import PinproxyInterop
 
 /// The relay of a `mode = "tunnel"` connection: bytes both ways between the client's socket and

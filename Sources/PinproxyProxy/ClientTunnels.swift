@@ -1,3 +1,4 @@
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import Logging
 import PinproxyInterop
 import PinproxyPolicy

@@ -48,7 +48,7 @@ extension ClientConnection {
             // routeTransparent refused every connection made straight to the transparent
             // listener: a peer of another host there was redirected by the egress lock's
             // forward_interfaces rules, so this host forwards its traffic.
-            decideForClient(request, client.map { ClientIdentity.forwarded($0.address.unmapped) } ?? .remote)
+            admit(request, identity: client.map { ClientIdentity.forwarded($0.address.unmapped) } ?? .remote)
         case .known(let identity):
             admit(request, identity: identity)
         case .pending(let pending):

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 
 /// What the daemon found on one SIGHUP: whether the new config replaced the old one, its
 /// warnings, the restart-only settings it changed (in force at the next start only), or its

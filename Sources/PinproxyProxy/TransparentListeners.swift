@@ -1,3 +1,4 @@
+import PinproxyCore
 import Glibc
 import PinproxyInterop
 import PinproxyService

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 

@@ -1,3 +1,4 @@
+import PinproxyCore
 import Glibc
 @testable import PinproxyCore
 import XCTest

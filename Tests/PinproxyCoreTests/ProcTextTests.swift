@@ -1,3 +1,4 @@
+import PinproxyCore
 @testable import PinproxyCore
 import XCTest
 

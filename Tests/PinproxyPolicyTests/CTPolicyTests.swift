@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import XCTest
 import PinproxyInterop
 @testable import PinproxyPolicy

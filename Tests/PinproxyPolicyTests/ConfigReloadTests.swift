@@ -1,3 +1,4 @@
+import PinproxyCore
 @testable import PinproxyPolicy
 import XCTest
 

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 @testable import PinproxyPolicy
 import XCTest
 

@@ -1,5 +1,6 @@
 import COpenSSL
 import Foundation
+import PinproxyCore
 @testable import PinproxyInterop
 @testable import PinproxyPolicy
 import XCTest

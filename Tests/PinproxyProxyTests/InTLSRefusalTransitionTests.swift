@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import XCTest
 @testable import PinproxyInterop
 import PinproxyPolicy

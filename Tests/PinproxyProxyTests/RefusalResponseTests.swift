@@ -1,3 +1,4 @@
+import PinproxyCore
 import PinproxyPolicy
 import XCTest
 @testable import PinproxyProxy

@@ -1,3 +1,4 @@
+import PinproxyCore
 import Glibc
 import CPinproxyShims
 import PinproxyInterop

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import XCTest
 
 /// One sample as the Python `prometheus_client` text parser read it.

@@ -1,5 +1,6 @@
 import Glibc
 import Foundation
+import PinproxyCore
 import XCTest
 import PinproxyInterop
 @testable import PinproxyService

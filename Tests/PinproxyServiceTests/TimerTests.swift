@@ -1,3 +1,4 @@
+import PinproxyCore
 import XCTest
 import PinproxyInterop
 

@@ -45,7 +45,7 @@ public enum ClientKey: Hashable, Sendable, CustomStringConvertible {
     public init(identity: ClientIdentity?, address: IPAddress?) {
         switch identity {
         case .local(let client), .partlyKnown(let client, _): self = .uid(client.uid)
-        case .remote, nil: self = address.map { .address($0.unmapped) } ?? .unknown
+        case .remote, .forwarded, nil: self = address.map { .address($0.unmapped) } ?? .unknown
         case .unknown: self = .unknown
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// The Certificate Transparency logs pinproxy knows, read from a file in the format of Chrome's

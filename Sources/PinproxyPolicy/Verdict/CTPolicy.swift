@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 
 /// Chrome's Certificate Transparency policy, as its text states it
