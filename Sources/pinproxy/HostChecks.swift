@@ -25,7 +25,7 @@ enum HostChecks {
 
     /// `transparent_listen` against this host's IPv6: a `[::1]` listener is needed where `::1`
     /// can be bound, and the IPv4 one alone where it cannot.
-    static func loopbackProblems(_ config: Config, ipv6Available: Bool = LoopbackProbe.ipv6Available) -> [Diagnostic] {
+    static func loopbackProblems(_ config: Config, ipv6Available: Bool = ExclusiveListener.loopbackIPv6Available) -> [Diagnostic] {
         let listeners = config.proxy.transparentListen
         guard !listeners.isEmpty else { return [] }
         let hasV6 = listeners.contains { $0.address.isIPv6 }

@@ -27,7 +27,7 @@ final class SystemdFilesTests: XCTestCase {
 
     /// `systemd-analyze verify` checks that ExecStart's binary exists, and /usr/local/bin/pinproxy
     /// is not installed on a build machine. So the units are verified as copies in a temporary
-    /// directory (same file names: the socket names pinproxy.service) whose ExecStart points at
+    /// directory (same file names: the socket names pinproxy.service) whose ExecStart and ExecReload point at
     /// an existing binary — the one this build made, else /bin/true — and nothing else changed.
     /// The verification must pass with no diagnostics about either unit.
     func testUnitsPassSystemdAnalyzeVerify() throws {
@@ -38,7 +38,9 @@ final class SystemdFilesTests: XCTestCase {
         XCTAssertEqual(original.components(separatedBy: "\n").filter { $0.hasPrefix(prefix) }.count, 1,
                        "ExecStart must run \(installedBinary)")
         let stand_in = builtPinproxy ?? "/bin/true"
-        let copy = original.replacingOccurrences(of: prefix, with: "ExecStart=\(stand_in) ")
+        XCTAssertEqual(original.components(separatedBy: "\n").filter { $0.hasPrefix("ExecReload=\(installedBinary) reload ") }.count, 1,
+                       "ExecReload must run \(installedBinary) reload")
+        let copy = original.replacingOccurrences(of: "=\(installedBinary) ", with: "=\(stand_in) ")
         try copy.write(toFile: directory.path + "/pinproxy.service", atomically: true, encoding: .utf8)
         try FileManager.default.copyItem(atPath: socketUnit, toPath: directory.path + "/pinproxy.socket")
         for unit in transparentSockets {
@@ -80,7 +82,8 @@ final class SystemdFilesTests: XCTestCase {
         for required in [
             "Type=notify",
             "ExecStart=/usr/local/bin/pinproxy run --config /etc/pinproxy/pinproxy.toml",
-            "ExecReload=/bin/kill -HUP $MAINPID",
+            "ExecReload=/usr/local/bin/pinproxy reload --config /etc/pinproxy/pinproxy.toml --pid $MAINPID --restart-pending-ok",
+            "RuntimeDirectory=pinproxy",
             "StateDirectory=pinproxy", "ConfigurationDirectory=pinproxy", "LogsDirectory=pinproxy", "User=pinproxy", "Group=pinproxy",
             "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
             "PrivateDevices=yes", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK", "CapabilityBoundingSet=",
