@@ -23,7 +23,7 @@ struct GenerateDocsCommand: ParsableCommand {
 
     func run() throws {
         if let date = manPage {
-            FileHandle.standardOutput.write(Data(GeneratedDocs.manPage(version: BuildInfo.version, date: date).utf8))
+            FileHandle.standardOutput.write(Data(GeneratedDocs.manPage(version: "pinproxy \(BuildInfo.version)", date: date).utf8))
             return
         }
         var stale: [String] = []

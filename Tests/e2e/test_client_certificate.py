@@ -118,26 +118,6 @@ def test_the_pinned_server_gets_the_certificate_at_either_version(make_proxy, pk
         o.close()
 
 
-def test_a_resumed_session_is_judged_by_its_verdict_without_a_certificate_exchange(make_proxy, pki, clients, curl):
-    """The second connection resumes the session the verdict admitted (a TLS 1.3 ticket): the
-    server presents no certificate and asks for none (it knows the client from the session); the
-    verdict on the chain stored with the session admits it, and the origin still sees pinproxy's
-    identity."""
-    o = MTLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), clients.ca, version=ssl.TLSVersion.TLSv1_3)
-    try:
-        p = make_proxy(proxy={"allow_ports": [o.port]}, hosts={API: pinned(pki, clients)})
-        for count in (1, 2):
-            res = run_curl(curl, p, f"https://{API}:{o.port}/mtls")
-            assert res.exit == 0 and res.http_code == 200 and res.body == b"client=pinproxy-client\n", (res, res.body)
-            recorded(o, count)
-        assert o.received == ["certificate", "nothing"], o.received
-        lines = [l for l in p.logs() if l.get("event") == "connection"]
-        assert [l["outcome"] for l in lines] == ["allowed", "allowed"], [l.raw for l in lines]
-        assert "upstream TLS session resumed" in lines[1].get("detail", ""), lines[1].raw
-    finally:
-        o.close()
-
-
 def test_without_it_the_decision_line_says_the_upstream_asked(make_proxy, origin, curl):
     """The issue's starting point: an upstream that asks for a client certificate, and an entry
     that has none to give. Over TLS 1.3 the server refuses only after the handshake (curl:

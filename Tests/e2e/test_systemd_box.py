@@ -235,18 +235,30 @@ def test_reload_good_takes_effect_broken_keeps_the_old_policy(box, work):
     assert curl(box, f"https://other.test:{ORIGIN_PORT}/small").returncode == 0
 
     pid = main_pid(box)
-    before = reloads_total(box)
-    box.write(CONFIG, config(work) + "\n[hosts.\"broken.test\"\npin = \n")
-    reload = box.run("systemctl", "reload", "pinproxy")
-    wait_for(lambda: reloads_total(box) > before, 30, "the broken reload to be counted")
-    assert metric(box, "pinproxy_config_last_reload_successful") == 0
-    assert main_pid(box) == pid and box.unit("pinproxy.service", "ActiveState")["ActiveState"] == "active"
-    # The old policy stays: other.test still passes with the pin the broken file would have removed.
-    assert curl(box, f"https://other.test:{ORIGIN_PORT}/small").returncode == 0
-    journal = box.journal("pinproxy", "-p", "warning")
-    assert "pinproxy.toml:" in journal and "reload" in journal.lower(), journal[-2000:]
-    print(f"systemctl reload of a broken config: exit {reload.returncode} ({reload.stderr.strip()!r})")
-    box.write(CONFIG, config(work))
+    broken = config(work) + "\n[hosts.\"broken.test\"\npin = \n"
+    box.write(CONFIG, broken)
+    try:
+        # systemctl reload: ExecReload= (pinproxy reload) checks the file as the service's user
+        # first, so a broken one fails the reload job and is never signalled; its FILE:LINE
+        # errors are in the unit's journal.
+        before = reloads_total(box)
+        reload = box.run("systemctl", "reload", "pinproxy")
+        assert reload.returncode != 0, (reload.stdout, reload.stderr)
+        journal = box.journal("pinproxy")
+        assert "pinproxy.toml:" in journal, journal[-2000:]
+        assert reloads_total(box) == before and metric(box, "pinproxy_config_last_reload_successful") == 1
+        print(f"systemctl reload of a broken config: exit {reload.returncode} ({reload.stderr.strip()!r})")
+        # A SIGHUP that bypasses it (systemctl kill): the daemon keeps its old policy and says so.
+        box.run("systemctl", "kill", "-s", "HUP", "--kill-whom=main", "pinproxy", check=True)
+        wait_for(lambda: reloads_total(box) > before, 30, "the broken reload to be counted")
+        assert metric(box, "pinproxy_config_last_reload_successful") == 0
+        assert main_pid(box) == pid and box.unit("pinproxy.service", "ActiveState")["ActiveState"] == "active"
+        # The old policy stays: other.test still passes with the pin the broken file would have removed.
+        assert curl(box, f"https://other.test:{ORIGIN_PORT}/small").returncode == 0
+        journal = box.journal("pinproxy", "-p", "warning")
+        assert "pinproxy.toml:" in journal and "reload" in journal.lower(), journal[-2000:]
+    finally:
+        box.write(CONFIG, config(work))
     box.run("systemctl", "reload", "pinproxy", check=True)
     wait_for(lambda: metric(box, "pinproxy_config_last_reload_successful") == 1, 30, "the repaired config")
 
