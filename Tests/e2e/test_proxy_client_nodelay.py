@@ -9,6 +9,7 @@ the descriptor with pidfd_getfd(2) (the daemon is a child of the test process).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 
@@ -25,12 +26,22 @@ def daemon_socket(pid: int, peer: tuple[str, int]) -> socket.socket | None:
     pidfd = os.pidfd_open(pid)
     try:
         for name in os.listdir(f"/proc/{pid}/fd"):
-            if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+            # The daemon opens and closes descriptors while we look: one gone is not ours.
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+                    continue
+            except FileNotFoundError:
                 continue
             fd = libc.syscall(SYS_PIDFD_GETFD, pidfd, int(name), 0)
             if fd < 0:
+                if ctypes.get_errno() == errno.EBADF:
+                    continue
                 pytest.skip(f"pidfd_getfd is not permitted here (errno {ctypes.get_errno()})")
-            s = socket.socket(fileno=fd)
+            try:
+                s = socket.socket(fileno=fd)
+            except OSError:  # the number was reused for something else meanwhile
+                os.close(fd)
+                continue
             try:
                 if s.type == socket.SOCK_STREAM and s.getpeername() == peer:
                     return s
