@@ -8,8 +8,8 @@ import TOMLKit
 /// `FILE:LINE`. `pinproxy check`, `evaluate` and the daemon (at start and on reload) all load
 /// through here.
 ///
-/// Loading runs in stages, each in its own file: the text is bounded (`ConfigSource`) and
-/// parsed, `ConfigDecoder` turns the document into `RawPolicy` values with their key paths,
+/// Loading runs in stages, each in its own file: the text is read once (`ConfigLexer`, kept as `ConfigSource`)
+/// and parsed, `ConfigDecoder` turns the document into `RawPolicy` values with their key paths,
 /// `ConfigRules` checks each one (pure), and `PolicyFiles` reads the files it names and builds
 /// its `HostPolicy`. Host entries go through the stages on every core, in slices.
 public enum ConfigLoader {
@@ -61,38 +61,37 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
-        // Text toml++ would abort or overflow its stack on never reaches it.
-        if let (line, message) = ConfigSource.refusal(text) {
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error, message: message)])
+        // One pass over the text (`ConfigLexer`): text toml++ would abort or overflow its stack
+        // on never reaches it, and the lines of headers and keys are recorded.
+        let source: ConfigSource
+        switch ConfigSource.read(text) {
+        case .success(let read): source = read
+        case .failure(let refusal):
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: refusal.line, severity: .error, message: refusal.message)])
         }
-        // While TOMLKit parses, other cores find where each table and key is written (what the
-        // host keys alone tell, and any U+0000), and read the system trust store.
-        let indexing = InBackground { ConfigSource(text) }
+        // While TOMLKit parses, other cores read the system trust store and the public suffix
+        // list, and this thread works out what the host keys alone tell.
         let systemStore = InBackground { Result<TrustStore, Error> { try TrustStore.system() } }
         let publicSuffixes = InBackground { Result { () throws(PublicSuffixListError) in try PublicSuffixList.loadSystem() } }
         // Nothing is left running on return: the process may exit right after, and OpenSSL's
         // exit handler must not meet a store being read.
         defer {
-            _ = indexing.result()
             _ = systemStore.result()
             _ = publicSuffixes.result()
         }
         // TOMLKit parses on a worker thread, which glibc gives a malloc arena of its own: the
         // document's nodes, freed later on another core (`ConfigDecoder.release`), then never
         // contend for the arena this thread allocates from (90 ms of 0.8 s at 100,000 entries).
-        let parsing = InBackground { ConfigDecoder.parse(text, path: path) }.result()
-        let source = indexing.result()
-        if let line = source.nulLine {
-            if case .success(let document) = parsing { ConfigDecoder.release(document) }
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: line, severity: .error, message: ConfigSource.nulMessage)])
-        }
+        let parse = InBackground { ConfigDecoder.parse(text, path: path) }
+        let hostKeys = source.hostKeys()
+        let parsing = parse.result()
         let document: TOMLTable
         switch parsing {
         case .success(let parsed): document = parsed
         case .failure(let error): throw error
         }
         defer { ConfigDecoder.release(document) }
-        var load = Load(source: source, files: PolicyFiles(directory: directory, now: now, systemStore: { systemStore.result() }))
+        var load = Load(source: source, hostKeys: hostKeys, files: PolicyFiles(directory: directory, now: now, systemStore: { systemStore.result() }))
         let config = load.config(document, path: path)
         let diagnostics = load.findings.map { load.diagnostic($0, path: path) }
         guard let config, !load.findings.hasErrors else {
@@ -122,6 +121,8 @@ public enum ConfigLoader {
 /// One load: runs the stages over a parsed document and collects every finding.
 private struct Load {
     let source: ConfigSource
+    /// The host keys of the source's `[hosts."…"]` headers.
+    let hostKeys: HostKeys
     var files: PolicyFiles
     var findings: [Finding] = []
 
@@ -264,7 +265,7 @@ private struct Load {
     /// loader to TOMLKit's keys, sorted by line.
     mutating func decodeHosts(_ table: TOMLTable, proxy: ProxySettings)
         -> (entries: [PolicyEntry], positions: PolicyTable.Positions?) {
-        var hosts = source.hostKeys
+        var hosts = hostKeys
         var entries: [PolicyEntry]?
         // The same number of distinct keys, each found in the table: the same keys.
         if hosts.distinct && hosts.keys.count == table.count { entries = hostEntries(hosts.keys, in: table, proxy: proxy) }

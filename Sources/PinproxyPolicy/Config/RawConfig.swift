@@ -126,10 +126,15 @@ func displayKeyPath(_ keyPath: [String]) -> String {
     var result = ""
     for key in keyPath {
         if !result.isEmpty { result += "." }
-        if !key.isEmpty && key.utf8.allSatisfy(ConfigSource.isBareKeyByte) {
+        if !key.isEmpty && key.utf8.allSatisfy(ConfigLexer.isBareKeyByte) {
             result += key
         } else {
-            result += "\"" + key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            result += "\""
+            for character in key.unicodeScalars {
+                if character == "\\" || character == "\"" { result += "\\" }
+                result.unicodeScalars.append(character)
+            }
+            result += "\""
         }
     }
     return result

@@ -1,7 +1,7 @@
 /// The keys of the `hosts` table in file order, with what can be known from the keys alone:
 /// each one's pattern, the patterns written twice, and where each entry will sit in the
 /// policy table. For a config whose entries all have their own header the loader works this
-/// out from the source (`ConfigSource.hostKeys`) on another core while TOMLKit parses.
+/// out from the headers `ConfigLexer` recorded (`ConfigSource.hostKeys()`) while TOMLKit parses.
 struct HostKeys: Sendable {
     /// One `[hosts."KEY"]` key.
     struct Key: Sendable {
@@ -19,7 +19,7 @@ struct HostKeys: Sendable {
     /// The table positions, when every key is a valid pattern and none is written twice.
     let positions: PolicyTable.Positions?
     /// False when the same key is listed twice: TOML forbids that, so the list did not come
-    /// from the document (the source scan can be misled by a header-like line inside a string).
+    /// from the document (the lexer reads on past a syntax error as best it can, and TOMLKit may read otherwise).
     let distinct: Bool
 
     init(_ written: [(key: String, line: Int)]) {
