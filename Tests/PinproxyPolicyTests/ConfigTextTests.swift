@@ -62,4 +62,24 @@ final class ConfigTextTests: XCTestCase {
     func testTabsAndLineBreaksStayValid() {
         XCTAssertEqual(diagnostics("[proxy]\r\n\tallow_ports = [443]\t# tab\r\n\n"), [])
     }
+
+    /// The lexer reads strings as TOML does: a NUL escape counts only where it is one (in a
+    /// basic string or quoted key), and a line inside a multi-line string is neither a header
+    /// nor a key, so the lines named after it stay right.
+    func testTheLexerFollowsStringsAndComments() {
+        let nul = "the config holds U+0000 (NUL), as a byte or as an escape: pinproxy cannot read past it"
+        XCTAssertEqual(diagnostics("[proxy]\n# \\u0000 in a comment\nca_dir = 'a\\u0000'\n").filter { $0.contains("U+0000") }, [])
+        XCTAssertEqual(diagnostics("[proxy]\n\"k\\u0000\" = 1\n"), ["c.toml:2: " + nul])
+        let text = """
+            [default]
+            verify_command = ["/bin/true", \"\"\"
+            [hosts."x.test"]
+            \\\"\"\" still inside
+            # not a comment
+            \"\"\"]
+            min_tls = "1.1"
+
+            """
+        XCTAssertEqual(diagnostics(text), [#"c.toml:7: default.min_tls = "1.1" is not one of "1.2", "1.3""#])
+    }
 }
