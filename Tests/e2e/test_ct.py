@@ -3,7 +3,9 @@ OpenSSL validated, through `evaluate` (offline) and through the daemon.
 
 No public log is reachable, so the logs are ours (ct_pki.py): operators A (two logs), B and C,
 a log of B retired 5 days ago, and a log the list does not name. The "system store" is a bundle
-of our own root given through SSL_CERT_FILE; a corporate root is listed beside it.
+of our own root given through SSL_CERT_FILE; a corporate root is listed beside it. The daemon is
+tried on both listeners: CONNECT, and the transparent listener behind the egress lock (in a fresh
+network namespace, capture_harness.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 import ct_pki as ct
 import origin as originlib
+from capture_harness import capture, public_dir  # noqa: F401 (fixtures)
 import pki as pkilib
 from conftest import TIMEOUT, Result
 from proxy_harness import free_port, poll, port_accepts
@@ -323,3 +326,40 @@ def test_diagnose_prints_each_sct_and_the_ct_check(pinproxy, world):
     assert re.search(r"^  ct\s+pass\s+compliant: 2 embedded SCTs from 2 operators", res.out, re.M), res
     assert re.search(r'^    sct: log="B one" .* source=embedded not counted: bad signature$', res.out, re.M), res
     assert 'ct = "enforce"' in res.out[res.out.index('[hosts."diag.test"]'):], res
+
+
+def test_transparent_listener_enforces_ct(capture, world, monkeypatch):
+    """A local user's connection that the egress lock sends to pinproxy (no proxy variable, SNI
+    ct.test, any address): a server without SCTs is refused inside TLS with ct-missing, one with
+    two embedded SCTs of two operators is served."""
+    w = world
+    monkeypatch.setenv("SSL_CERT_FILE", str(w.dir / "system.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(w.dir / "none"))
+    good = capture.ns.call(originlib.TLSOrigin, w.leaf("ct.test", ct.SCTSpec(w.a1), ct.SCTSpec(w.b1)), w.dir / "ct.test.key",
+                           name="ct-good", address="127.0.0.1", port=443)
+    # The same name, a certificate of the same CA without any SCT, at another address.
+    bare = ct.issue_leaf(w.inter, "ct.test")
+    ct.write_pem(w.dir / "ct-bare.pem", bare, w.inter)
+    (w.dir / "ct-bare.key").write_bytes(pkilib.key_pem(bare.key))
+    none = capture.ns.call(originlib.TLSOrigin, w.dir / "ct-bare.pem", w.dir / "ct-bare.key", name="ct-none", address="127.0.0.2", port=443)
+    try:
+        proxy = capture.proxy(proxy={"ct_log_list": str(w.dir / "ct-log-list.json")},
+                              hosts={"ct.test": {"trust": "system", "ct": "enforce"}})
+        proxy.lock()
+        ca = capture.ca(proxy)
+
+        fetched = capture.curl("https://ct.test/small", ca, "ct.test:443:127.0.0.2")
+        assert fetched.status == 403 and "pinproxy refused ct.test:443: ct-missing" in fetched.body, f"{fetched}"
+        line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "refused")
+        assert (line.get("reason"), line.get("listener"), line.get("ct"), line.get("scts")) == \
+            ("ct-missing", "transparent", "ct-missing", "none"), line.raw
+        assert none.paths == [], f"a refused request reached the origin: {none.paths}"
+
+        fetched = capture.curl("https://ct.test/small", ca, "ct.test:443:127.0.0.1")
+        assert fetched.exit == 0 and fetched.status == 200 and fetched.body == originlib.SMALL_BODY.decode(), f"{fetched}"
+        line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "allowed")
+        assert (line.get("listener"), line.get("ct")) == ("transparent", "compliant"), line.raw
+        assert line.get("scts").count("source=embedded counted") == 2, line.raw
+    finally:
+        good.close()
+        none.close()
