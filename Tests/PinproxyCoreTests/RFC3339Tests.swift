@@ -15,28 +15,25 @@ final class RFC3339Tests: XCTestCase {
                                      253_402_300_799_999,
                                      -1, -999, -1_000, -86_400_001, -2_203_891_200_000]
 
-    private func reference(fractional: Bool) -> ISO8601DateFormatter {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = fractional ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter
+    /// `write` of every instant is what Foundation's formatter writes (with or without
+    /// `fractional` seconds).
+    private func assertMatchesFoundation(_ write: (Date) -> String, fractional: Bool, line: UInt = #line) {
+        let reference = ISO8601DateFormatter()
+        reference.formatOptions = fractional ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
+        reference.timeZone = TimeZone(identifier: "UTC")
+        for milliseconds in instants {
+            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+            XCTAssertEqual(write(date), reference.string(from: date), "at \(milliseconds) ms", line: line)
+        }
     }
 
     func testMillisecondsMatchFoundationsISO8601() {
-        let reference = reference(fractional: true)
-        for milliseconds in instants {
-            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-            XCTAssertEqual(rfc3339Milliseconds(date), reference.string(from: date), "at \(milliseconds) ms")
-        }
+        assertMatchesFoundation(rfc3339Milliseconds, fractional: true)
         XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: 1_767_315_845.006)), "2026-01-02T01:04:05.006Z")
     }
 
     func testSecondsMatchFoundationsISO8601() {
-        let reference = reference(fractional: false)
-        for milliseconds in instants {
-            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-            XCTAssertEqual(rfc3339(date), reference.string(from: date), "at \(milliseconds) ms")
-        }
+        assertMatchesFoundation(rfc3339, fractional: false)
         XCTAssertEqual(rfc3339(Date(timeIntervalSince1970: 1_767_315_845.999)), "2026-01-02T01:04:05Z")
         XCTAssertEqual(rfc3339(Date(timeIntervalSince1970: 1_709_164_800)), "2024-02-29T00:00:00Z")
     }

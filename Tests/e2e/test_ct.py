@@ -319,46 +319,34 @@ class SServer:
         self.proc.wait(TIMEOUT)
 
 
-def expect_compliant_twice(make_proxy, w: World, host: str, port: int, counted: str):
-    """Two connections to HOST:PORT through a ct = "enforce" daemon, the second after a reload:
-    it resumes the upstream session (no SCT extension or staple comes again) in a new config
-    generation (nothing kept with the chain), and the SCTs its full handshake delivered still
-    count. Each is compliant, with two SCTs logged as COUNTED."""
-    p = make_proxy(proxy={"allow_ports": [port], "ct_log_list": str(w.dir / "ct-log-list.json")},
-                   resolve={host: "127.0.0.1"}, default={"trust": "system", "ct": "enforce"})
-    for again in (False, True):
-        if again:
-            p.reload()
-        with Tunnel(p, host, port) as t:
-            line = p.connection_log(t.client_port)
-        assert line["ct"] == "compliant", line
-        assert line["scts"].count(counted) == 2, line
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl s_server -serverinfo")
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl s_server")
 @pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
-def test_daemon_counts_scts_of_the_tls_extension(make_proxy, daemon_world, version):
+@pytest.mark.parametrize("delivery", ["tls-extension", "ocsp"])
+def test_daemon_counts_scts_delivered_beside_the_certificate(make_proxy, daemon_world, delivery, version):
+    """SCTs of operators A and C in the TLS extension (`-serverinfo`) or in the stapled OCSP
+    response (`-status_file`). The second connection, after a reload, resumes the upstream
+    session (no SCT extension or staple comes again) in a new config generation (nothing kept
+    with the chain): the SCTs its full handshake delivered still count."""
     w = daemon_world
-    w.leaf("tls.test")
-    info = w.dir / "serverinfo.pem"
-    info.write_bytes(ct.serverinfo_pem(ct.tls_scts(w.issued["tls.test"], [ct.SCTSpec(w.a1), ct.SCTSpec(w.c1)])))
-    server = SServer(w, "tls.test", "-serverinfo", str(info), version)
+    w.leaf("beside.test")
+    leaf, specs = w.issued["beside.test"], [ct.SCTSpec(w.a1), ct.SCTSpec(w.c1)]
+    if delivery == "tls-extension":
+        option, path = "-serverinfo", w.dir / "serverinfo.pem"
+        path.write_bytes(ct.serverinfo_pem(ct.tls_scts(leaf, specs)))
+    else:
+        option, path = "-status_file", w.dir / "staple.der"
+        path.write_bytes(ct.ocsp_staple(leaf, w.inter, specs))
+    server = SServer(w, "beside.test", option, str(path), version)
     try:
-        expect_compliant_twice(make_proxy, w, "tls.test", server.port, "source=tls-extension counted")
-    finally:
-        server.close()
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl s_server -status_file")
-@pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
-def test_daemon_counts_scts_of_the_stapled_ocsp_response(make_proxy, daemon_world, version):
-    w = daemon_world
-    w.leaf("staple.test")
-    staple = w.dir / "staple.der"
-    staple.write_bytes(ct.ocsp_staple(w.issued["staple.test"], w.inter, [ct.SCTSpec(w.a1), ct.SCTSpec(w.b1)]))
-    server = SServer(w, "staple.test", "-status_file", str(staple), version)
-    try:
-        expect_compliant_twice(make_proxy, w, "staple.test", server.port, "source=ocsp counted")
+        p = make_proxy(proxy={"allow_ports": [server.port], "ct_log_list": str(w.dir / "ct-log-list.json")},
+                       resolve={"beside.test": "127.0.0.1"}, default={"trust": "system", "ct": "enforce"})
+        for again in (False, True):
+            if again:
+                p.reload()
+            with Tunnel(p, "beside.test", server.port) as t:
+                line = p.connection_log(t.client_port)
+            assert line["ct"] == "compliant", line
+            assert line["scts"].count(f"source={delivery} counted") == 2, line
     finally:
         server.close()
 
