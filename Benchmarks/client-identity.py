@@ -33,9 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as b  # noqa: E402
-from importlib import import_module  # noqa: E402
-
-bench = import_module("proxy-bench")
+from connection_cost import ConnectionCost, rotate  # noqa: E402
 
 
 def sections(exe):
@@ -69,37 +67,14 @@ class IdentityBench:
         for name, extra in (("none", ""), ("clients", sections(False)), ("exe", sections(True))):
             self.daemons[name] = b.Daemon(options.bin, self.work, pki, self.origin, pin, name=f"pinproxy-{name}",
                                           log_path=os.path.join(self.work, f"pinproxy-{name}.log"), extra_tables=extra)
+        self.cost = ConnectionCost(self.daemons, self.origin, options.n_new, options.conc)
         self.results = {}  # (figure, daemon) -> [values]
 
-    def url(self, n):
-        return f"https://localhost:{self.origin.port}/small.txt?n=[1-{n}]"
-
     def check(self):
-        for name, daemon in self.daemons.items():
-            out, _ = bench.curl(["-o", "/dev/null", "-w", "%{http_code}"], f"https://localhost:{self.origin.port}/small.txt",
-                                daemon.ca_path, daemon.port)
-            if out != "200":
-                raise SystemExit(f"{name}: sanity request answered {out!r}")
-            # Warm-up: minted leaf, upstream session, the identity caches, the allocator.
-            bench.curl(["--no-sessionid", "-H", "Connection: close", "--parallel", "--parallel-max", "8", "-o", "/dev/null"],
-                       self.url(50), daemon.ca_path, daemon.port)
+        self.cost.warm_up()  # and the identity caches
         log = open(self.daemons["exe"].log_path).read()
         if "client_exe=" not in log:
             raise SystemExit("the exe daemon logged no client_exe: its lookups do not work here (run as root)")
-
-    def concurrent(self, run):
-        n, conc = self.options.n_new, self.options.conc
-        args = ["--no-sessionid", "-H", "Connection: close", "-o", "/dev/null", "-w", "%{http_code}\n",
-                "--parallel", "--parallel-immediate", "--parallel-max", str(conc)]
-        for name, daemon in bench.rotate(list(self.daemons.items()), run):
-            before = b.cpu_seconds(daemon.pid)
-            out, wall = bench.curl(args, self.url(n), daemon.ca_path, daemon.port)
-            cpu = b.cpu_seconds(daemon.pid) - before
-            ok = out.split().count("200")
-            if ok != n:
-                b.log(f"WARNING {name} c={conc}: {ok} of {n} requests answered 200")
-            self.results.setdefault(("concurrent", name), []).append(1000 * cpu / n)
-            b.log(f"{name} c={conc} run {run}: {ok / wall:.0f} req/s, pinproxy CPU {1000 * cpu / n:.3f} ms/conn")
 
     def sequential(self):
         """N_SINGLE rounds of one connection to each daemon (rotating the order), so that every
@@ -109,7 +84,7 @@ class IdentityBench:
             state[name] = {"context": b.client_context(daemon.ca_path), "baseline": b.open_descriptors(daemon.pid),
                            "samples": [], "skipped": 0, "ticks": b.cpu_seconds(daemon.pid)}
         for round_ in range(self.options.n_single):
-            for name, daemon in bench.rotate(list(self.daemons.items()), round_):
+            for name, daemon in rotate(list(self.daemons.items()), round_):
                 s = state[name]
                 before, threads_before = b.cpu_nanoseconds(daemon.pid)
                 b.open_tunnel(daemon.port, s["context"], self.origin.port).close()
@@ -132,12 +107,12 @@ class IdentityBench:
     def run(self):
         self.check()
         for run in range(1, self.options.runs + 1):
-            self.concurrent(run)
+            self.cost.concurrent(run, self.results)
         self.sequential()
         self.report()
 
     def report(self):
-        rows = [(f"pinproxy CPU per new connection, c={self.options.conc} (ms, median of {self.options.runs})", "concurrent"),
+        rows = [(self.cost.label(self.options.runs), "concurrent"),
                 ("pinproxy CPU per connection, c=1, median (ms)", "single_median"),
                 ("pinproxy CPU per connection, c=1, p99 (ms)", "single_p99")]
         print("\n| figure | none | clients | clients ÷ none | exe | exe ÷ none |\n|---|---:|---:|---:|---:|---:|")

@@ -4,6 +4,7 @@ against the same daemon with `ct = "off"`, interleaved, all on loopback with pro
 origin. Not a test: it prints a table and exits 0.
 
     Benchmarks/ct-cost.py [--bin .build/release/pinproxy] [--runs 5] [--n-new 2000] [--conc 32] [--cold 200]
+    Benchmarks/ct-cost.py --instructions [--n-new 500]   # the c=CONC work under callgrind instead
 
 The origin serves a leaf of our own CA with two embedded SCTs of test logs (Tests/e2e/ct_pki.py);
 the CA is the daemons' "system store" (SSL_CERT_FILE), and the log list names the logs.
@@ -14,6 +15,8 @@ Figures:
           with the verified chain; median of RUNS. The issue's bound: enforce within 10 % of off.
   cold    the SCT signature checks themselves: `pinproxy evaluate` of the chain COLD times under
           each config (a fresh process each time, so nothing is kept): CPU per run.
+With --instructions, both daemons run under callgrind and the one figure is their instructions
+per new connection (N_NEW at c=CONC, once): the figure to compare on a loaded machine.
 """
 
 import os
@@ -28,9 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Tests", "e2e"))
 import benchlib as b  # noqa: E402
-from importlib import import_module  # noqa: E402
-
-bench = import_module("proxy-bench")
+from connection_cost import ConnectionCost, rotate  # noqa: E402
 import ct_pki  # noqa: E402
 import pki as pkilib  # noqa: E402
 
@@ -54,7 +55,7 @@ def make_pki(directory):
 
 
 class Daemon:
-    def __init__(self, binary, work, pki, origin, ct):
+    def __init__(self, binary, work, pki, origin, ct, wrapper=()):
         self.name = ct
         self.port = b.free_port()
         self.directory = os.path.join(work, f"pinproxy-{ct}")
@@ -79,10 +80,10 @@ ct = "{ct}"
         ca = subprocess.run([binary, "ca", "--config", self.config], check=True, capture_output=True, text=True, env=self.env).stdout
         self.ca_path = ca.splitlines()[0]
         self.log_path = os.path.join(work, f"pinproxy-{ct}.log")
-        self.process = subprocess.Popen([binary, "run", "--config", self.config], stdout=subprocess.DEVNULL,
+        self.process = subprocess.Popen([*wrapper, binary, "run", "--config", self.config], stdout=subprocess.DEVNULL,
                                         stderr=open(self.log_path, "w"), start_new_session=True, env=self.env)
         self.pid = self.process.pid
-        b.wait_for(lambda: self.process.poll() is None and b.port_open(self.port), 60, "pinproxy to listen")
+        b.wait_for(lambda: self.process.poll() is None and b.port_open(self.port), 600 if wrapper else 60, "pinproxy to listen")
 
     def stop(self):
         b.stop_process(self.process)
@@ -97,41 +98,22 @@ class CTBench:
         self.pki = os.path.join(self.work, "pki")
         make_pki(self.pki)
         self.origin = b.Origin(self.work, self.pki)
-        self.daemons = {ct: Daemon(options.bin, self.work, self.pki, self.origin, ct) for ct in ("off", "enforce")}
+        self.daemons = {}
+        self.cost = ConnectionCost(self.daemons, self.origin, options.n_new, options.conc)
+        for ct in ("off", "enforce"):
+            wrapper, binary = self.cost.callgrind_wrapper(options.bin, self.work, ct) if options.instructions else ((), options.bin)
+            self.daemons[ct] = Daemon(binary, self.work, self.pki, self.origin, ct, wrapper)
         self.results = {}
 
-    def url(self, n):
-        return f"https://localhost:{self.origin.port}/small.txt?n=[1-{n}]"
-
     def check(self):
-        for name, daemon in self.daemons.items():
-            out, _ = bench.curl(["-o", "/dev/null", "-w", "%{http_code}"], f"https://localhost:{self.origin.port}/small.txt",
-                                daemon.ca_path, daemon.port)
-            if out != "200":
-                raise SystemExit(f"{name}: sanity request answered {out!r}")
-            bench.curl(["--no-sessionid", "-H", "Connection: close", "--parallel", "--parallel-max", "8", "-o", "/dev/null"],
-                       self.url(50), daemon.ca_path, daemon.port)
+        self.cost.warm_up()
         if "ct=compliant" not in open(self.daemons["enforce"].log_path).read():
             raise SystemExit("the enforce daemon logged no ct=compliant: CT is not applied")
-
-    def concurrent(self, run):
-        n, conc = self.options.n_new, self.options.conc
-        args = ["--no-sessionid", "-H", "Connection: close", "-o", "/dev/null", "-w", "%{http_code}\n",
-                "--parallel", "--parallel-immediate", "--parallel-max", str(conc)]
-        for name, daemon in bench.rotate(list(self.daemons.items()), run):
-            before = b.cpu_seconds(daemon.pid)
-            out, wall = bench.curl(args, self.url(n), daemon.ca_path, daemon.port)
-            cpu = b.cpu_seconds(daemon.pid) - before
-            ok = out.split().count("200")
-            if ok != n:
-                b.log(f"WARNING {name}: {ok} of {n} requests answered 200")
-            self.results.setdefault(("concurrent", name), []).append(1000 * cpu / n)
-            b.log(f"{name} c={conc} run {run}: {ok / wall:.0f} req/s, pinproxy CPU {1000 * cpu / n:.3f} ms/conn")
 
     def cold(self):
         chain = os.path.join(self.pki, "origin.pem")
         for round_ in range(self.options.cold):
-            for name, daemon in bench.rotate(list(self.daemons.items()), round_):
+            for name, daemon in rotate(list(self.daemons.items()), round_):
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 subprocess.run([self.options.bin, "evaluate", "--config", daemon.config, "--host", "localhost", "--port", str(self.origin.port), "--chain", chain],
                                check=True, stdout=subprocess.DEVNULL, env=daemon.env)
@@ -141,17 +123,22 @@ class CTBench:
 
     def run(self):
         self.check()
-        for run in range(1, self.options.runs + 1):
-            self.concurrent(run)
-        if self.options.cold:
-            self.cold()
-        rows = [(f"pinproxy CPU per new connection, c={self.options.conc} (ms, median of {self.options.runs})", "concurrent")]
-        if self.options.cold:
+        if self.options.instructions:
+            self.cost.instructions(self.work, self.results)
+            rows = [(f"instructions per new connection, c={self.options.conc} (callgrind, {self.options.n_new} connections)", "instructions")]
+        else:
+            for run in range(1, self.options.runs + 1):
+                self.cost.concurrent(run, self.results)
+            if self.options.cold:
+                self.cold()
+            rows = [(self.cost.label(self.options.runs), "concurrent")]
+        if self.options.cold and not self.options.instructions:
             rows.append((f"`pinproxy evaluate` CPU per run, nothing kept (ms, median of {self.options.cold})", "cold"))
         print("\n| figure | off | enforce | enforce ÷ off |\n|---|---:|---:|---:|")
         for label, key in rows:
             off, enforce = (statistics.median(self.results[(key, name)]) for name in ("off", "enforce"))
-            print(f"| {label} | {off:.3f} | {enforce:.3f} | {enforce / off:.3f}× |")
+            shown = "{:,.0f}" if key == "instructions" else "{:.3f}"
+            print(f"| {label} | {shown.format(off)} | {shown.format(enforce)} | {enforce / off:.3f}× |")
 
     def close(self):
         for daemon in self.daemons.values():
@@ -167,6 +154,7 @@ def main():
     parser.add_argument("--n-new", type=int, default=2000)
     parser.add_argument("--conc", type=int, default=32)
     parser.add_argument("--cold", type=int, default=200)
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     options = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

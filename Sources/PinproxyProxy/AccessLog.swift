@@ -300,35 +300,3 @@ enum LineFormat {
         }
     }
 }
-
-/// `2026-01-31T12:00:00.123Z` (UTC, milliseconds truncated).
-func rfc3339Milliseconds(_ date: Date) -> String {
-    // A Date counts from 2001, so an exact millisecond since 1970 can come back a few tenths of
-    // a microsecond short (5 ms as 4.9999997): a microsecond's allowance keeps it whole.
-    let milliseconds = Int64((date.timeIntervalSince1970 * 1000 + 0.001).rounded(.down))
-    var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
-    var parts = tm()
-    gmtime_r(&seconds, &parts)
-    var text: [UInt8] = []
-    text.reserveCapacity(24)
-    /// `value` in decimal, at least `digits` long (zeros first).
-    func append(_ value: Int, digits: Int, then separator: Unicode.Scalar) {
-        var divisor = 1
-        for _ in 1..<digits { divisor *= 10 }
-        let value = max(0, value)
-        while value / divisor >= 10 { divisor *= 10 }
-        while divisor > 0 {
-            text.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-            divisor /= 10
-        }
-        text.append(UInt8(ascii: separator))
-    }
-    append(Int(parts.tm_year) + 1900, digits: 4, then: "-")
-    append(Int(parts.tm_mon) + 1, digits: 2, then: "-")
-    append(Int(parts.tm_mday), digits: 2, then: "T")
-    append(Int(parts.tm_hour), digits: 2, then: ":")
-    append(Int(parts.tm_min), digits: 2, then: ":")
-    append(Int(parts.tm_sec), digits: 2, then: ".")
-    append(Int((milliseconds % 1000 + 1000) % 1000), digits: 3, then: "Z")
-    return String(decoding: text, as: UTF8.self)
-}

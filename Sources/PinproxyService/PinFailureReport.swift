@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 

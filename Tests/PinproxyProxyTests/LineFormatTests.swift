@@ -3,30 +3,10 @@ import PinproxyCore
 import XCTest
 @testable import PinproxyProxy
 
-/// The log line writers build bytes by hand (`LineFormat`, `rfc3339Milliseconds`): these check
-/// them against Foundation's formatter and JSON parser, including the edges hand-written
-/// formatting gets wrong (zero padding, times before 1970, escaping).
+/// The log line writers build bytes by hand (`LineFormat`): these check them against
+/// Foundation's JSON parser, including the edges hand-written formatting gets wrong (escaping).
+/// The line's time (`rfc3339Milliseconds`): `RFC3339Tests`.
 final class LineFormatTests: XCTestCase {
-    func testTimestampsMatchFoundationsISO8601() {
-        let reference = ISO8601DateFormatter()
-        reference.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        reference.timeZone = TimeZone(identifier: "UTC")
-        // Milliseconds since 1970: the epoch, single-digit fields, 999 ms, a leap day, far ahead,
-        // and before 1970 (where truncation must go towards the earlier millisecond).
-        let instants: [Int64] = [0, 1, 5, 999, 1_000, 951_782_400_006, 1_767_225_599_999, 1_795_000_000_123,
-                                 253_402_300_799_999, -1, -999, -1_000, -86_400_001]
-        for milliseconds in instants {
-            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-            XCTAssertEqual(rfc3339Milliseconds(date), reference.string(from: date), "at \(milliseconds) ms")
-        }
-        XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: 1_767_315_845.006)), "2026-01-02T01:04:05.006Z")
-    }
-
-    func testSubMillisecondsAreTruncated() {
-        XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: 0.0009)), "1970-01-01T00:00:00.000Z")
-        XCTAssertEqual(rfc3339Milliseconds(Date(timeIntervalSince1970: -0.0001)), "1969-12-31T23:59:59.999Z")
-    }
-
     private let awkward: [(String, String)] = [
         ("plain", "api.test"),
         ("empty", ""),

@@ -1,10 +1,15 @@
 """Certificate Transparency material for the tests: test logs (ECDSA P-256 keys of a few
-operators), a log list in the format of Chrome's log_list.json v3, and SCTs signed per RFC 6962.
+operators), a log list in the format of Chrome's log_list.json v3, and SCTs signed per RFC 6962:
+embedded in a certificate, for the TLS extension, and in a stapled OCSP response.
 
 No public log is reachable here, so the logs are ours. An embedded SCT signs the
 precertificate entry: the issuer's key hash and the TBSCertificate as the final certificate
 has it without its SCT list extension (which is the precertificate's TBS without its poison
-extension, RFC 6962 section 3.2); a TLS-extension SCT signs the final certificate itself.
+extension, RFC 6962 section 3.2); a TLS-extension or OCSP SCT signs the final certificate itself.
+
+`cryptography` writes no extension of an OCSP SingleResponse, so `ocsp_staple` has it build and
+sign the response, then adds the SCT list to the SingleResponse with pyasn1 (RFC 6960's types,
+declared below) and signs the new ResponseData again with the responder's key.
 """
 
 from __future__ import annotations
@@ -20,13 +25,18 @@ from typing import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.x509 import ocsp
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from pyasn1.codec.der import decoder as der_decoder, encoder as der_encoder
+from pyasn1.type import namedtype, tag, univ, useful
 
 import pki as pkilib
 
 UTC = dt.timezone.utc
 SCT_LIST_OID = x509.ObjectIdentifier("1.3.6.1.4.1.11129.2.4.2")
+#: The SCT list of an OCSP SingleResponse (RFC 6962 section 3.3).
+OCSP_SCT_LIST_OID = "1.3.6.1.4.1.11129.2.4.5"
 
 
 @dataclass
@@ -153,6 +163,92 @@ def tls_scts(leaf: pkilib.Issued, specs: Sequence[SCTSpec]) -> bytes:
     """The SignedCertificateTimestampList a server sends in the TLS extension for `leaf`."""
     entry = _u24(leaf.cert.public_bytes(serialization.Encoding.DER))
     return sct_list([sign_sct(s.log, entry, 0, now() - s.age, s.corrupt) for s in specs])
+
+
+def ocsp_staple(leaf: pkilib.Issued, issuer: pkilib.Issued, specs: Sequence[SCTSpec]) -> bytes:
+    """A DER OCSP response by `issuer` saying `leaf` is good (valid from an hour ago for three
+    days), whose SingleResponse carries the SCTs of `specs` in its SCT list extension."""
+    start = now() - dt.timedelta(hours=1)
+    built = (ocsp.OCSPResponseBuilder()
+             .add_response(cert=leaf.cert, issuer=issuer.cert, algorithm=hashes.SHA1(), cert_status=ocsp.OCSPCertStatus.GOOD,
+                           this_update=start, next_update=start + dt.timedelta(days=3), revocation_time=None, revocation_reason=None)
+             .responder_id(ocsp.OCSPResponderEncoding.HASH, issuer.cert)
+             .sign(issuer.key, hashes.SHA256()))
+    outer, rest = der_decoder.decode(built.public_bytes(serialization.Encoding.DER), asn1Spec=_OCSPResponse())
+    assert not rest
+    basic, rest = der_decoder.decode(bytes(outer["responseBytes"]["response"]), asn1Spec=_BasicOCSPResponse())
+    assert not rest
+    extension = _Extension()
+    extension["extnID"] = univ.ObjectIdentifier(OCSP_SCT_LIST_OID)
+    # extnValue: an OCTET STRING holding the TLS-encoded list, as in a certificate.
+    extension["extnValue"] = der_encoder.encode(univ.OctetString(tls_scts(leaf, specs)))
+    basic["tbsResponseData"]["responses"][0]["singleExtensions"].append(extension)
+    tbs = der_encoder.encode(basic["tbsResponseData"])
+    if isinstance(issuer.key, rsa.RSAPrivateKey):
+        signature = issuer.key.sign(tbs, padding.PKCS1v15(), hashes.SHA256())
+    else:
+        signature = issuer.key.sign(tbs, ec.ECDSA(hashes.SHA256()))
+    basic["signature"] = univ.BitString.fromOctetString(signature)
+    outer["responseBytes"]["response"] = univ.OctetString(der_encoder.encode(basic))
+    der = der_encoder.encode(outer)
+    # What came out is an OCSP response cryptography reads, with the list where it belongs.
+    parsed = ocsp.load_der_ocsp_response(der)
+    assert parsed.tbs_response_bytes == tbs
+    assert parsed.single_extensions.get_extension_for_oid(x509.ObjectIdentifier(OCSP_SCT_LIST_OID))
+    return der
+
+
+def _explicit(number: int, asn1_type):
+    return asn1_type.subtype(explicitTag=tag.Tag(tag.tagClassContext, tag.tagFormatConstructed, number))
+
+
+class _Extension(univ.Sequence):
+    componentType = namedtype.NamedTypes(
+        namedtype.NamedType("extnID", univ.ObjectIdentifier()),
+        namedtype.DefaultedNamedType("critical", univ.Boolean(False)),
+        namedtype.NamedType("extnValue", univ.OctetString()))
+
+
+class _Extensions(univ.SequenceOf):
+    componentType = _Extension()
+
+
+class _SingleResponse(univ.Sequence):
+    componentType = namedtype.NamedTypes(
+        namedtype.NamedType("certID", univ.Any()),
+        namedtype.NamedType("certStatus", univ.Any()),
+        namedtype.NamedType("thisUpdate", useful.GeneralizedTime()),
+        namedtype.OptionalNamedType("nextUpdate", _explicit(0, useful.GeneralizedTime())),
+        namedtype.OptionalNamedType("singleExtensions", _explicit(1, _Extensions())))
+
+
+class _ResponseData(univ.Sequence):
+    componentType = namedtype.NamedTypes(
+        namedtype.OptionalNamedType("version", _explicit(0, univ.Integer())),
+        namedtype.NamedType("responderID", univ.Any()),
+        namedtype.NamedType("producedAt", useful.GeneralizedTime()),
+        namedtype.NamedType("responses", univ.SequenceOf(componentType=_SingleResponse())),
+        namedtype.OptionalNamedType("responseExtensions", _explicit(1, _Extensions())))
+
+
+class _BasicOCSPResponse(univ.Sequence):
+    componentType = namedtype.NamedTypes(
+        namedtype.NamedType("tbsResponseData", _ResponseData()),
+        namedtype.NamedType("signatureAlgorithm", univ.Any()),
+        namedtype.NamedType("signature", univ.BitString()),
+        namedtype.OptionalNamedType("certs", _explicit(0, univ.Any())))
+
+
+class _ResponseBytes(univ.Sequence):
+    componentType = namedtype.NamedTypes(
+        namedtype.NamedType("responseType", univ.ObjectIdentifier()),
+        namedtype.NamedType("response", univ.OctetString()))
+
+
+class _OCSPResponse(univ.Sequence):
+    componentType = namedtype.NamedTypes(
+        namedtype.NamedType("responseStatus", univ.Enumerated()),
+        namedtype.OptionalNamedType("responseBytes", _explicit(0, _ResponseBytes())))
 
 
 # SSL_EXT_CLIENT_HELLO | SSL_EXT_TLS1_2_SERVER_HELLO | SSL_EXT_TLS1_3_CERTIFICATE |

@@ -3,7 +3,9 @@ OpenSSL validated, through `evaluate` (offline) and through the daemon.
 
 No public log is reachable, so the logs are ours (ct_pki.py): operators A (two logs), B and C,
 a log of B retired 5 days ago, and a log the list does not name. The "system store" is a bundle
-of our own root given through SSL_CERT_FILE; a corporate root is listed beside it.
+of our own root given through SSL_CERT_FILE; a corporate root is listed beside it. The daemon is
+tried on both listeners: CONNECT, and the transparent listener behind the egress lock (in a fresh
+network namespace, capture_harness.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 import ct_pki as ct
 import origin as originlib
+from capture_harness import capture, public_dir  # noqa: F401 (fixtures)
 import pki as pkilib
 from conftest import TIMEOUT, Result
 from proxy_harness import free_port, poll, port_accepts
@@ -87,6 +90,14 @@ def world(tmp_path) -> World:
     return w
 
 
+@pytest.fixture
+def daemon_world(world, monkeypatch) -> World:
+    """The world, with the daemons the test starts trusting its system store (and only that)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(world.dir / "system.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(world.dir / "none"))
+    return world
+
+
 def run(pinproxy: Path, w: World, *args) -> Result:
     argv = [str(pinproxy), *map(str, args)]
     p = subprocess.run(argv, cwd=w.dir, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, env=w.env)
@@ -127,6 +138,22 @@ def test_scts_in_the_tls_extension_comply(pinproxy, world):
     res = evaluate(pinproxy, w, "tls.test", chain)
     assert res.first == "refuse: ct-missing", res
     assert "no SCT was presented" in res.out, res
+
+
+def test_scts_in_a_stapled_ocsp_response_comply(pinproxy, world):
+    w = world
+    chain = w.leaf("ocsp.test")
+    staple = w.dir / "ocsp.der"
+    staple.write_bytes(ct.ocsp_staple(w.issued["ocsp.test"], w.inter, [ct.SCTSpec(w.a1), ct.SCTSpec(w.c1)]))
+    res = evaluate(pinproxy, w, "ocsp.test", chain, None, "--staple", staple)
+    assert res.first == "allow", res
+    assert "certificate transparency: compliant: 2 SCTs from the TLS handshake or the OCSP staple, from 2 operators" in res.out, res
+    assert all(s.endswith("source=ocsp counted") for s in scts(res)) and len(scts(res)) == 2, res
+    # Two SCTs of one operator in the staple: not enough.
+    staple.write_bytes(ct.ocsp_staple(w.issued["ocsp.test"], w.inter, [ct.SCTSpec(w.a1), ct.SCTSpec(w.a2)]))
+    res = evaluate(pinproxy, w, "ocsp.test", chain, None, "--staple", staple)
+    assert res.first == "refuse: ct-missing", res
+    assert "TLS/OCSP SCTs: 1 of 2 operators" in res.out, res
 
 
 def test_a_long_lived_certificate_needs_three_logs(pinproxy, world):
@@ -245,10 +272,8 @@ def test_check_warns_where_ct_cannot_apply_and_suggests_it(pinproxy, world):
 # --------------------------------------------------------------------------------------------
 # the daemon
 
-def test_daemon_enforces_embedded_scts(make_proxy, world, monkeypatch):
-    w = world
-    monkeypatch.setenv("SSL_CERT_FILE", str(w.dir / "system.pem"))
-    monkeypatch.setenv("SSL_CERT_DIR", str(w.dir / "none"))
+def test_daemon_enforces_embedded_scts(make_proxy, daemon_world):
+    w = daemon_world
     good = originlib.TLSOrigin(w.leaf("good.test", ct.SCTSpec(w.a1), ct.SCTSpec(w.b1)), w.dir / "good.test.key", name="ct-good")
     short = originlib.TLSOrigin(w.leaf("short.test", ct.SCTSpec(w.a1)), w.dir / "short.test.key", name="ct-short")
     try:
@@ -274,40 +299,56 @@ def test_daemon_enforces_embedded_scts(make_proxy, world, monkeypatch):
         short.close()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl s_server -serverinfo")
+class SServer:
+    """`openssl s_server -www` on loopback serving `name`'s chain (leaf, then the intermediate)
+    with EXTRA options (the SCT extension's -serverinfo, a -status_file staple)."""
+
+    def __init__(self, w: World, name: str, *extra: str):
+        leaf, inter = w.dir / f"{name}-leaf.pem", w.dir / "int.pem"
+        ct.write_pem(leaf, w.issued[name])
+        ct.write_pem(inter, w.inter)
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["openssl", "s_server", "-accept", f"127.0.0.1:{self.port}", "-cert", str(leaf), "-cert_chain", str(inter),
+             "-key", str(w.dir / f"{name}.key"), *extra, "-www", "-quiet"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        poll(lambda: self.proc.poll() is None and port_accepts(self.port), what="openssl s_server")
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait(TIMEOUT)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl s_server")
 @pytest.mark.parametrize("version", ["-tls1_3", "-tls1_2"])
-def test_daemon_counts_scts_of_the_tls_extension(make_proxy, world, monkeypatch, version):
-    w = world
-    monkeypatch.setenv("SSL_CERT_FILE", str(w.dir / "system.pem"))
-    monkeypatch.setenv("SSL_CERT_DIR", str(w.dir / "none"))
-    w.leaf("tls.test")
-    leaf, inter = w.dir / "tls-leaf.pem", w.dir / "int.pem"
-    ct.write_pem(leaf, w.issued["tls.test"])
-    ct.write_pem(inter, w.inter)
-    info = w.dir / "serverinfo.pem"
-    info.write_bytes(ct.serverinfo_pem(ct.tls_scts(w.issued["tls.test"], [ct.SCTSpec(w.a1), ct.SCTSpec(w.c1)])))
-    port = free_port()
-    server = subprocess.Popen(
-        ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-cert", str(leaf), "-cert_chain", str(inter), "-key", str(w.dir / "tls.test.key"),
-         "-serverinfo", str(info), version, "-www", "-quiet"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+@pytest.mark.parametrize("delivery", ["tls-extension", "ocsp"])
+def test_daemon_counts_scts_delivered_beside_the_certificate(make_proxy, daemon_world, delivery, version):
+    """SCTs of operators A and C in the TLS extension (`-serverinfo`) or in the stapled OCSP
+    response (`-status_file`). The second connection, after a reload, resumes the upstream
+    session (no SCT extension or staple comes again) in a new config generation (nothing kept
+    with the chain): the SCTs its full handshake delivered still count."""
+    w = daemon_world
+    w.leaf("beside.test")
+    leaf, specs = w.issued["beside.test"], [ct.SCTSpec(w.a1), ct.SCTSpec(w.c1)]
+    if delivery == "tls-extension":
+        option, path = "-serverinfo", w.dir / "serverinfo.pem"
+        path.write_bytes(ct.serverinfo_pem(ct.tls_scts(leaf, specs)))
+    else:
+        option, path = "-status_file", w.dir / "staple.der"
+        path.write_bytes(ct.ocsp_staple(leaf, w.inter, specs))
+    server = SServer(w, "beside.test", option, str(path), version)
     try:
-        poll(lambda: port_accepts(port), what="openssl s_server")
-        p = make_proxy(proxy={"allow_ports": [port], "ct_log_list": str(w.dir / "ct-log-list.json")},
-                       resolve={"tls.test": "127.0.0.1"}, default={"trust": "system", "ct": "enforce"})
-        # The second connection resumes the upstream session (no SCT extension comes again) in a
-        # new config generation (nothing kept with the chain): the SCTs its full handshake
-        # delivered still count.
+        p = make_proxy(proxy={"allow_ports": [server.port], "ct_log_list": str(w.dir / "ct-log-list.json")},
+                       resolve={"beside.test": "127.0.0.1"}, default={"trust": "system", "ct": "enforce"})
         for again in (False, True):
             if again:
                 p.reload()
-            with Tunnel(p, "tls.test", port) as t:
+            with Tunnel(p, "beside.test", server.port) as t:
                 line = p.connection_log(t.client_port)
             assert line["ct"] == "compliant", line
-            assert line["scts"].count("source=tls-extension counted") == 2, line
+            assert line["scts"].count(f"source={delivery} counted") == 2, line
     finally:
-        server.kill()
-        server.wait()
+        server.close()
 
 
 def test_diagnose_prints_each_sct_and_the_ct_check(pinproxy, world):
@@ -323,3 +364,38 @@ def test_diagnose_prints_each_sct_and_the_ct_check(pinproxy, world):
     assert re.search(r"^  ct\s+pass\s+compliant: 2 embedded SCTs from 2 operators", res.out, re.M), res
     assert re.search(r'^    sct: log="B one" .* source=embedded not counted: bad signature$', res.out, re.M), res
     assert 'ct = "enforce"' in res.out[res.out.index('[hosts."diag.test"]'):], res
+
+
+def test_transparent_listener_enforces_ct(capture, daemon_world):
+    """A local user's connection that the egress lock sends to pinproxy (no proxy variable, SNI
+    ct.test, any address): a server without SCTs is refused inside TLS with ct-missing, one with
+    two embedded SCTs of two operators is served."""
+    w = daemon_world
+    good = capture.ns.call(originlib.TLSOrigin, w.leaf("ct.test", ct.SCTSpec(w.a1), ct.SCTSpec(w.b1)), w.dir / "ct.test.key",
+                           name="ct-good", address="127.0.0.1", port=443)
+    # The same name, a certificate of the same CA without any SCT, at another address.
+    bare = ct.issue_leaf(w.inter, "ct.test")
+    ct.write_pem(w.dir / "ct-bare.pem", bare, w.inter)
+    (w.dir / "ct-bare.key").write_bytes(pkilib.key_pem(bare.key))
+    none = capture.ns.call(originlib.TLSOrigin, w.dir / "ct-bare.pem", w.dir / "ct-bare.key", name="ct-none", address="127.0.0.2", port=443)
+    try:
+        proxy = capture.proxy(proxy={"ct_log_list": str(w.dir / "ct-log-list.json")},
+                              hosts={"ct.test": {"trust": "system", "ct": "enforce"}})
+        proxy.lock()
+        ca = capture.ca(proxy)
+
+        fetched = capture.curl("https://ct.test/small", ca, "ct.test:443:127.0.0.2")
+        assert fetched.status == 403 and "pinproxy refused ct.test:443: ct-missing" in fetched.body, f"{fetched}"
+        line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "refused")
+        assert (line.get("reason"), line.get("listener"), line.get("ct"), line.get("scts")) == \
+            ("ct-missing", "transparent", "ct-missing", "none"), line.raw
+        assert none.paths == [], f"a refused request reached the origin: {none.paths}"
+
+        fetched = capture.curl("https://ct.test/small", ca, "ct.test:443:127.0.0.1")
+        assert fetched.exit == 0 and fetched.status == 200 and fetched.body == originlib.SMALL_BODY.decode(), f"{fetched}"
+        line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("outcome") == "allowed")
+        assert (line.get("listener"), line.get("ct")) == ("transparent", "compliant"), line.raw
+        assert line.get("scts").count("source=embedded counted") == 2, line.raw
+    finally:
+        good.close()
+        none.close()

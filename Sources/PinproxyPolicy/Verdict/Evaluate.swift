@@ -346,10 +346,3 @@ public enum TrustEvaluator {
         return .noMatch
     }
 }
-
-/// `2026-01-31T12:00:00Z`.
-public func rfc3339(_ date: Date) -> String {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime]
-    return formatter.string(from: date)
-}

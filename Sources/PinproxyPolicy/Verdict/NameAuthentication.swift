@@ -1,4 +1,5 @@
 import Foundation
+import PinproxyCore
 
 /// Whether a connection an entry admits proves that the server is the host the client named.
 /// On the transparent listener the client chooses the address (its original destination) as
