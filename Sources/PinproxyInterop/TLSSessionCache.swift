@@ -33,10 +33,20 @@ final class SessionSlot {
         self.key = key
     }
 
-    /// Stores `session` (taking ownership) if the connection has been admitted.
+    /// Stores a copy of `session` if the connection has been admitted, and then frees
+    /// `session` (ownership is taken when true is returned).
+    ///
+    /// A copy, because OpenSSL goes on changing the connection's own SSL_SESSION: when the
+    /// server closes without a close_notify (OpenSSL 3 takes that for a fatal error), or when
+    /// the SSL is freed without one sent, it marks that session not resumable. Shared with
+    /// the cache, that voided the admitted session of every server that closes so (an
+    /// HTTP/1.1 `Connection: close` answer, often), which was then never resumed. Since TLS
+    /// 1.1 a missing close_notify does not forbid resumption, and every resumed connection
+    /// is judged again (a refused one drops its session).
     func offer(_ session: OpaquePointer) -> Bool {
-        guard admitted, SSL_SESSION_is_resumable(session) == 1 else { return false }
-        cache.store(StoredSession(taking: session), for: key)
+        guard admitted, SSL_SESSION_is_resumable(session) == 1, let copy = SSL_SESSION_dup(session) else { return false }
+        SSL_SESSION_free(session)
+        cache.store(StoredSession(taking: copy), for: key)
         return true
     }
 }

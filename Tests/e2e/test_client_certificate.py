@@ -13,7 +13,9 @@ impostor (a valid api.test certificate with a key the entry does not pin, which 
 certificate and takes whatever it gets) receives nothing, over TLS 1.2 and 1.3, and the
 connection is refused pin-mismatch; under `enforce = false` it gets an empty Certificate and the
 decision line says the certificate was withheld. `check` refuses `client_certificate` with
-`verify_command` or `allow-insecure`. The transparent listener: test_capture_client_certificate.py.
+`verify_command` or `allow-insecure`. The next connections resume the admitted session, at
+either version, with no certificate exchange. The transparent listener:
+test_capture_client_certificate.py.
 """
 
 from __future__ import annotations
@@ -114,6 +116,34 @@ def test_the_pinned_server_gets_the_certificate_at_either_version(make_proxy, pk
         assert o.versions == [NAMES[version]], o.versions
         line = p.wait_for_log(lambda l: l.get("event") == "connection", what="the decision line")
         assert line["outcome"] == "allowed" and "withheld" not in line.get("detail", ""), line.raw
+    finally:
+        o.close()
+
+
+def test_a_resumed_session_is_judged_by_its_verdict_without_a_certificate_exchange(make_proxy, pki, clients, curl, version):
+    """The next connections resume the session the verdict admitted (TLS 1.2: the session of the
+    handshake; TLS 1.3: a ticket that came after it, before the answer): the server presents no
+    certificate and asks for none (it knows the client from the session); the verdict on the
+    chain stored with the session admits it, and the origin still sees pinproxy's identity.
+
+    The origin answers `Connection: close` and closes without a close_notify, as many servers
+    do. OpenSSL 3 takes that for a fatal error and marks the connection's session not
+    resumable; so does freeing an SSL that sent none. The cache held that very session, so this
+    origin was never resumed, until the cache kept a copy of its own (`SessionSlot.offer`)."""
+    o = MTLSOrigin(pki.path("api-chain.pem"), pki.path("api.key"), clients.ca, version=version)
+    try:
+        p = make_proxy(proxy={"allow_ports": [o.port]}, hosts={API: pinned(pki, clients)})
+        for count in (1, 2, 3):
+            res = run_curl(curl, p, f"https://{API}:{o.port}/mtls")
+            assert res.exit == 0 and res.http_code == 200 and res.body == b"client=pinproxy-client\n", (res, res.body)
+            recorded(o, count)
+        assert o.received == ["certificate", "nothing", "nothing"], o.received
+        assert o.versions == [NAMES[version]] * 3, o.versions
+        lines = poll(lambda: (ls := [l for l in p.logs() if l.get("event") == "connection"]) and len(ls) == 3 and ls,
+                     what="three decision lines")
+        assert [l["outcome"] for l in lines] == ["allowed"] * 3, [l.raw for l in lines]
+        resumed = ["upstream TLS session resumed" in l.get("detail", "") for l in lines]
+        assert resumed == [False, True, True], [l.raw for l in lines]
     finally:
         o.close()
 

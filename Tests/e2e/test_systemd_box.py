@@ -4,8 +4,10 @@
 in order: enable --now (READY=1, STATUS=), a pinned CONNECT client and the journal's decision
 lines, reloads good and broken, a restart under a client connecting every 10 ms, the watchdog,
 the egress lock with the origin in a network namespace joined by a veth pair, the journal's
-contents, `systemd-analyze security`, then upgrade, remove and purge; last, the watchdog again
-with scripts/install.sh's dynamically linked binary.
+contents, `systemd-analyze security`, nobody else taking the transparent port in the phases only
+systemd has (start limit hit, socket units stopped, a package upgrade, a reload: #30 item 1),
+then upgrade, remove and purge; last, the watchdog again with scripts/install.sh's dynamically
+linked binary.
 
 The tests run in file order and each starts from the state the one before left (one boot, a few
 seconds, instead of one per test). Skips with one line where no box can boot; fails instead
@@ -398,6 +400,235 @@ def test_systemd_analyze_security_is_no_worse_than_1_6(box):
     assert m, p.stdout[-2000:] + p.stderr
     print(f"systemd-analyze security pinproxy.service: {m.group(1)}")
     assert float(m.group(1)) <= 1.6, p.stdout
+
+
+# --------------------------------------------------------------------------
+# nobody else takes the transparent port, in the phases only systemd has
+
+
+#: Until the file argv[2] exists, tries to listen on port argv[1] at each address ("::" with
+#: IPV6_V6ONLY off, so that it covers IPv4 too), with and without SO_REUSEPORT; a bind that
+#: succeeds holds the port 0.1 s and accepts what comes. After every round, argv[3] gets (by
+#: rename) the rounds done, what each bind said how often, and the connections accepted.
+SQUAT_LOOP = r"""
+import errno, json, os, socket, sys, time
+port, stop, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+said, accepted, rounds = {}, 0, 0
+while True:
+    for address in ("127.0.0.1", "::1", "0.0.0.0", "::"):
+        for reuseport in (False, True):
+            s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuseport:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if address == "::":
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            try:
+                s.bind((address, port))
+                s.listen(16)
+                result = "bound"
+                s.settimeout(0.1)
+                try:
+                    s.accept()[0].close()
+                    accepted += 1
+                except OSError:
+                    pass
+            except OSError as e:
+                result = errno.errorcode.get(e.errno, str(e.errno))
+            finally:
+                s.close()
+            key = f"{address} reuseport={reuseport}: {result}"
+            said[key] = said.get(key, 0) + 1
+    rounds += 1
+    with open(out + ".tmp", "w") as f:
+        json.dump({"rounds": rounds, "said": said, "accepted": accepted}, f)
+    os.replace(out + ".tmp", out)
+    if os.path.exists(stop):
+        break
+    time.sleep(0.01)
+"""
+
+#: Until the file argv[3] exists, opens HTTPS to argv[1]:443 (redirected by the lock) and
+#: verifies the server against pinproxy's local CA argv[2], every 20 ms. After every attempt
+#: argv[4] gets the attempts, those pinproxy served, those that failed closed (by kind) and
+#: those someone else served (a certificate pinproxy did not mint).
+REDIRECTED_CLIENT_LOOP = r"""
+import json, os, socket, ssl, sys, time
+address, ca, stop, out = sys.argv[1:5]
+context = ssl.create_default_context(cafile=ca)
+counts = {"attempts": 0, "pinproxy": 0, "failed-closed": {}, "someone-else": []}
+while True:
+    counts["attempts"] += 1
+    try:
+        with socket.create_connection((address, 443), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname="egress.test"):
+                counts["pinproxy"] += 1
+    except ssl.SSLCertVerificationError as e:
+        counts["someone-else"].append(repr(e))
+    except OSError as e:   # refused, reset, closed, timed out: nobody served it
+        kind = type(e).__name__
+        counts["failed-closed"][kind] = counts["failed-closed"].get(kind, 0) + 1
+    with open(out + ".tmp", "w") as f:
+        json.dump(counts, f)
+    os.replace(out + ".tmp", out)
+    if os.path.exists(stop):
+        break
+    time.sleep(0.02)
+"""
+
+#: The users who try to take the port: an unprivileged one, and pinproxy's own uid (its
+#: verify_command children run as that uid).
+SQUATTERS = ("nobody", "pinproxy")
+TRANSPARENT_PORT = 8
+DROP_IN = "/etc/systemd/system/pinproxy.service.d/test-start-limit.conf"
+TRANSPARENT_SOCKETS = ("pinproxy-transparent.socket", "pinproxy-transparent6.socket")
+
+
+def as_user(user: str) -> list[str]:
+    """setpriv as USER, with USER's group (nobody's is 65534: nogroup on Debian)."""
+    ids = "65534" if user == "nobody" else user
+    return ["setpriv", f"--reuid={ids}", f"--regid={ids}", "--clear-groups"]
+
+
+def progress(box: Box, path: str) -> dict | None:
+    p = box.run("cat", path)
+    return json.loads(p.stdout) if p.returncode == 0 and p.stdout else None
+
+
+def listeners_on_the_port(box: Box) -> str:
+    return box.out("ss", "-Hltn", f"sport = :{TRANSPARENT_PORT}").strip()
+
+
+def nobody_else_takes_the_port(box: Box, phase: str, action) -> None:
+    """Squatters (SQUATTERS) try to bind the transparent port in a loop, and a client of user
+    nobody keeps connecting to the lock's redirect, from before ACTION until two more rounds of
+    each after it. No bind may succeed (privilege: EACCES, before any check of who holds the
+    address), nothing may reach a squatter, and every redirected connection is pinproxy's or
+    fails closed. ACTION returns whether it left the port closed (then those last attempts
+    must have failed closed)."""
+    directory = f"/tmp/squat-{phase}"
+    stop = f"{directory}/stop"
+    box.run("install", "-d", "-m", "0777", directory, check=True)
+    outputs = {f"squatter {user}": f"{directory}/{user}.json" for user in SQUATTERS}
+    for user in SQUATTERS:
+        box.spawn(f"squat-{phase}-{user}", *as_user(user), "python3", "-c", SQUAT_LOOP, str(TRANSPARENT_PORT), stop,
+                  outputs[f"squatter {user}"])
+    outputs["client"] = f"{directory}/client.json"
+    box.spawn(f"client-{phase}", *as_user("nobody"), "python3", "-c", REDIRECTED_CLIENT_LOOP, ORIGIN_SIDE,
+              "/tmp/pinproxy-ca.pem", stop, outputs["client"])
+
+    def done(what: str, path: str) -> int:
+        current = progress(box, path)
+        return (current or {}).get("rounds" if what != "client" else "attempts", 0)
+
+    try:
+        for what, path in outputs.items():
+            wait_for(lambda: done(what, path) >= 1, 30, f"{phase}: the {what}'s first round")
+        closed = action()
+        marks = {what: done(what, path) for what, path in outputs.items()}
+        for what, path in outputs.items():
+            # A client attempt may wait out its 5 s connect timeout.
+            wait_for(lambda: done(what, path) >= marks[what] + 2, 30, f"{phase}: two more rounds of the {what}")
+    finally:
+        box.run("touch", stop)
+        for name in [f"squat-{phase}-{user}" for user in SQUATTERS] + [f"client-{phase}"]:
+            wait_for(lambda: box.run("systemctl", "is-active", name).stdout.strip() not in ("active", "activating",
+                                                                                              "deactivating"),
+                     30, f"{name} to finish")
+    for user in SQUATTERS:
+        result = progress(box, outputs[f"squatter {user}"])
+        print(f"{phase}: squatter {user}: {result['rounds']} rounds, {sorted({k.rsplit(': ', 1)[1] for k in result['said']})}, "
+              f"{result['accepted']} accepted")
+        assert result["accepted"] == 0, f"{phase}: a redirected connection reached user {user}: {result}"
+        bound = {k: n for k, n in result["said"].items() if k.endswith(": bound")}
+        assert bound == {}, f"{phase}: user {user} took the transparent port: {result}"
+        assert all(k.endswith(": EACCES") for k in result["said"]), f"{phase}: not refused by privilege: {result}"
+    client = progress(box, outputs["client"])
+    print(f"{phase}: redirected client: {client}")
+    assert client["someone-else"] == [], f"{phase}: someone else served a redirected connection: {client}"
+    assert client["pinproxy"] + sum(client["failed-closed"].values()) == client["attempts"], client
+    if closed:
+        assert sum(client["failed-closed"].values()) >= 2, f"{phase}: the port was closed, yet: {client}"
+
+
+def hit_the_start_limit(box: Box, work: Path) -> bool:
+    """A config pinproxy rejects at every start, until systemd stops trying: the service's start
+    limit, which also fails its socket units (systemd closes their sockets)."""
+    box.write(DROP_IN, "[Unit]\nStartLimitIntervalSec=1h\nStartLimitBurst=2\n[Service]\nRestartSec=100ms\n")
+    box.run("systemctl", "daemon-reload", check=True)
+    box.write(CONFIG, config(work) + "\n[hosts.\"broken.test\"\npin = \n")
+    box.run("systemctl", "restart", "--no-block", "pinproxy.service", check=True)
+    wait_for(lambda: box.run("systemctl", "is-failed", "pinproxy.service").stdout.strip() == "failed", 60,
+             "pinproxy.service to fail")
+    # systemd 252 leaves the service's own Result at exit-code; its sockets say why they failed.
+    for socket_unit in TRANSPARENT_SOCKETS:
+        wait_for(lambda: box.unit(socket_unit, "ActiveState", "Result") == {"ActiveState": "failed",
+                                                                             "Result": "service-start-limit-hit"},
+                 30, f"{socket_unit} to fail with its service's start limit")
+    assert listeners_on_the_port(box) == "", "the transparent port is still held: this phase tests nothing"
+    return True
+
+
+def stop_the_socket_units(box: Box, work: Path) -> bool:
+    """The transparent socket units stopped, and the service with them: nothing holds the port."""
+    box.run("systemctl", "stop", "pinproxy.service", *TRANSPARENT_SOCKETS, check=True)
+    for unit in ("pinproxy.service", *TRANSPARENT_SOCKETS):
+        wait_for(lambda: box.unit(unit, "ActiveState")["ActiveState"] == "inactive", 30, f"{unit} to be inactive")
+    assert listeners_on_the_port(box) == "", "the transparent port is still held: this phase tests nothing"
+    return True
+
+
+def upgrade_the_package(box: Box, work: Path) -> bool:
+    """apt installs the package over itself: the maintainer scripts run, the service restarts."""
+    before = box.unit("pinproxy.service", "InvocationID")["InvocationID"]
+    deb = next(work.glob("pinproxy_*.deb"))
+    p = box.run("apt-get", "install", "-y", "--reinstall", str(deb), timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert box.wait_active("pinproxy.service")["InvocationID"] != before, "the upgrade did not restart the service"
+    return False
+
+
+def reload_the_config(box: Box, work: Path) -> bool:
+    before = reloads_total(box)
+    box.run("systemctl", "reload", "pinproxy", check=True)
+    wait_for(lambda: reloads_total(box) > before, 30, "the reload to be counted")
+    return False
+
+
+def back_to_running(box: Box, work: Path) -> None:
+    box.run("rm", "-f", DROP_IN, check=True)
+    box.write(CONFIG, config(work))
+    box.run("systemctl", "daemon-reload", check=True)
+    box.run("systemctl", "reset-failed", "pinproxy.service", "pinproxy.socket", *TRANSPARENT_SOCKETS)
+    box.run("systemctl", "start", "pinproxy.socket", *TRANSPARENT_SOCKETS, "pinproxy.service", check=True)
+    box.wait_active("pinproxy.service")
+
+
+def test_a_squatter_would_take_an_unprivileged_port(box):
+    """The control: the same squatter binds a port that privilege does not guard (so the
+    tests below can fail)."""
+    box.run("install", "-d", "-m", "0777", "/tmp/squat-control", check=True)
+    box.run("touch", "/tmp/squat-control/stop", check=True)   # one round
+    box.run(*as_user("nobody"), "python3", "-c", SQUAT_LOOP, "3129", "/tmp/squat-control/stop",
+            "/tmp/squat-control/nobody.json", check=True)
+    said = progress(box, "/tmp/squat-control/nobody.json")["said"]
+    assert any(k.endswith(": bound") for k in said), said
+
+
+@pytest.mark.parametrize("phase", [hit_the_start_limit, stop_the_socket_units, upgrade_the_package, reload_the_config],
+                         ids=["start-limit-hit", "socket-units-stopped", "package-upgrade", "reload"])
+def test_nobody_else_takes_the_transparent_port_while_the_lock_is_on(box, work, phase):
+    """#30 item 1 in the phases only systemd has: the lock stays on, the port stays privileged."""
+    assert "table inet pinproxy" in box.out("nft", "list", "tables")
+    name = phase.__name__.replace("_", "-")
+    try:
+        nobody_else_takes_the_port(box, name, lambda: phase(box, work))
+        assert "table inet pinproxy" in box.out("nft", "list", "tables"), f"{name} lifted the lock"
+    finally:
+        back_to_running(box, work)
+    pinned = box.run(*as_user("nobody"), "curl", "-sS", "--max-time", "20", "--cacert", "/tmp/pinproxy-ca.pem",
+                     "https://egress.test/small")
+    assert pinned.returncode == 0 and pinned.stdout.startswith("hello"), pinned
 
 
 # --------------------------------------------------------------------------
