@@ -1,5 +1,4 @@
 import Foundation
-import PinproxyCore
 import Logging
 import PinproxyCore
 import PinproxyInterop
@@ -240,7 +239,6 @@ final class ClientConnection<IO: ConnectionIO> {
     }
 
     let io: IO
-    let shared: SharedState
     let client: SocketAddress?
     /// The listener the client arrived on.
     let listener: ListenerKind
@@ -266,10 +264,9 @@ final class ClientConnection<IO: ConnectionIO> {
     static var refusalGrace: TimeInterval { 5 }
 
     /// A connection on `clientSide`, the accepted client's socket.
-    init(io: IO, shared: SharedState, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: Config,
+    init(io: IO, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: Config,
          listener: ListenerKind, onClose: @escaping (ClientConnection) -> Void) {
         self.io = io
-        self.shared = shared
         self.clientSide = clientSide
         self.client = client
         self.ourEnd = ourEnd
@@ -455,7 +452,7 @@ final class ClientConnection<IO: ConnectionIO> {
         state = .closed
         previous.abandonWaits()
         clientSide.close()
-        if let countedAs { shared.clientTunnels.release(countedAs) }
+        if let countedAs { io.clientTunnels.release(countedAs) }
         switch previous {
         case .opening(_, let step), .openingTransparent(_, _, let step), .reopening(_, _, let step):
             step.upstream?.connection.close()
@@ -555,7 +552,7 @@ final class ClientConnection<IO: ConnectionIO> {
         if case .forwarded = clientDecision?.identity { fields += ConnectionRecord.identityFields(clientDecision) }
         if let subject = logSubject { fields += [(.host, subject.host.description), (.port, String(subject.port))] }
         fields.append((.detail, detail))
-        shared.log.emit(level, event, fields)
+        io.log(level, event, fields)
     }
 }
 

@@ -35,7 +35,7 @@ extension ClientConnection {
     /// of the connection, or, on the transparent listener, to the original destination.
     /// Nothing the client sent takes part. Otherwise nothing is looked up. Then admit.
     func identifyClient(_ request: ClientRequest) {
-        guard !config.clients.isEmpty || config.proxy.maxTunnelsPerClient != nil else { return admit(request, identity: nil) }
+        guard Admission.needsClientIdentity(config) else { return admit(request, identity: nil) }
         let clientsEnd: SocketAddress? = switch request {
         case .connect: ourEnd
         case .transparent(_, let original, _): original

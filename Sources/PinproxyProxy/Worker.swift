@@ -207,13 +207,12 @@ final class Worker: @unchecked Sendable {
         }
         // Read before the buffer event takes the socket over.
         let addresses = kind == .transparent ? ConnectionAddresses(socket: socket) : nil
-        let identifies = !config.clients.isEmpty || config.proxy.maxTunnelsPerClient != nil
-        let ourEnd = !identifies || kind == .transparent ? nil : SocketAddress.local(of: socket)
+        let ourEnd = !Admission.needsClientIdentity(config) || kind == .transparent ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
         let connection: ClientConnection<LoopIO>
         do {
             let clientSide = try BufferEvent(loop: loop, socket: socket)
-            connection = ClientConnection(io: io, shared: shared, clientSide: clientSide, client: client, ourEnd: ourEnd, config: config,
+            connection = ClientConnection(io: io, clientSide: clientSide, client: client, ourEnd: ourEnd, config: config,
                                           listener: kind) { [unowned self] in self.remove($0) }
         } catch {
             shared.openConnections.subtract(1, ordering: .relaxed)
