@@ -245,8 +245,12 @@ final class ClientConnection<IO: ConnectionIO> {
     /// Where the client's socket is connected to on the CONNECT listener (this end of the
     /// connection); read only when the config has `[clients]`.
     let ourEnd: SocketAddress?
-    /// The config snapshot taken at accept; a reload never changes it.
-    let config: Config
+    /// The config snapshot taken at accept, by reference; a reload never changes it.
+    let snapshot: ConfigSnapshot
+    /// The snapshot's config, borrowed (never copied).
+    var config: Config {
+        _read { yield snapshot.config }
+    }
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
     /// top of it, until the relay takes the connection over.
     var clientSide: IO.Endpoint
@@ -264,13 +268,13 @@ final class ClientConnection<IO: ConnectionIO> {
     static var refusalGrace: TimeInterval { 5 }
 
     /// A connection on `clientSide`, the accepted client's socket.
-    init(io: IO, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: Config,
+    init(io: IO, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: ConfigSnapshot,
          listener: ListenerKind, onClose: @escaping (ClientConnection) -> Void) {
         self.io = io
         self.clientSide = clientSide
         self.client = client
         self.ourEnd = ourEnd
-        self.config = config
+        snapshot = config
         self.listener = listener
         self.onClose = onClose
     }

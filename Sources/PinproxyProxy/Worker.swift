@@ -191,7 +191,8 @@ final class Worker: @unchecked Sendable {
     }
 
     private func accept(socket: Int32, client: SocketAddress?, kind: ListenerKind) {
-        let config = shared.policy.config
+        let snapshot = shared.policy.snapshot
+        let config = snapshot.config
         let limit = min(config.proxy.maxConnections ?? shared.descriptorCeiling, shared.descriptorCeiling)
         let open = shared.openConnections.add(1, ordering: .relaxed).newValue
         guard open <= limit else {
@@ -212,7 +213,7 @@ final class Worker: @unchecked Sendable {
         let connection: ClientConnection<LoopIO>
         do {
             let clientSide = try BufferEvent(loop: loop, socket: socket)
-            connection = ClientConnection(io: io, clientSide: clientSide, client: client, ourEnd: ourEnd, config: config,
+            connection = ClientConnection(io: io, clientSide: clientSide, client: client, ourEnd: ourEnd, config: snapshot,
                                           listener: kind) { [unowned self] in self.remove($0) }
         } catch {
             shared.openConnections.subtract(1, ordering: .relaxed)

@@ -88,7 +88,7 @@ final class ConnectionHarness {
         io.presentedChain = Self.apiChain
         let loopback = IPAddress("127.0.0.1")!
         connection = ClientConnection(io: io, clientSide: plainClient, client: SocketAddress(address: loopback, port: 40000),
-                                      ourEnd: SocketAddress(address: loopback, port: 3128), config: config,
+                                      ourEnd: SocketAddress(address: loopback, port: 3128), config: ConfigSnapshot(config),
                                       listener: listener) { [closeCount] _ in closeCount.value += 1 }
     }
 
