@@ -258,7 +258,7 @@ final class ClientConnection<IO: ConnectionIO> {
     private let onClose: (ClientConnection) -> Void
     /// `.closed` until `start`.
     private(set) var state: State = .closed
-    /// Who the admission counted this connection's tunnel for (`max_tunnels_per_client`).
+    /// Who the admission counted this connection's tunnel for (`ClientTunnels`).
     var countedAs: ClientKey?
 
     /// Bytes a client may send after its request and before its tunnel opens (a pipelined

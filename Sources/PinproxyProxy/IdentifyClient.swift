@@ -29,7 +29,7 @@ enum ClientRequest {
 }
 
 extension ClientConnection {
-    /// Identify the client, when the config has `[clients]` or `max_tunnels_per_client`
+    /// Identify the client, when a rule of the admission reads it (`Admission.needsClientIdentity`)
     /// (`ClientIdentifier`): its socket's owner at once, then, off the loop within
     /// `client_identity_timeout`, what can block. The client's socket is connected to this end
     /// of the connection, or, on the transparent listener, to the original destination.

@@ -37,7 +37,7 @@ final class SharedState: Sendable {
     let ownUpstreams: OwnUpstreams?
     /// The transparent listeners' addresses, as bound at start (`transparent_listen` is restart-only).
     let transparentListeners: [SocketAddress]
-    /// The tunnels each client holds, under `max_tunnels_per_client`.
+    /// The tunnels each client holds, while a rule reads them (`Admission.countsClientTunnels`).
     let clientTunnels = ClientTunnels()
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
