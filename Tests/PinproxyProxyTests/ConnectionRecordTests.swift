@@ -76,15 +76,22 @@ final class ConnectionRecordTests: XCTestCase {
         assertTunnelRecorded(harness, relaying: "relaying", outcome: "allowed", listener: "connect", upstream: "198.51.100.7:443")
     }
 
-    /// The pass-through `tunnel-closed` line carries the client's identity too, and the tunnel
-    /// is counted under the client's section, not `client="none"`.
-    func testATunnelModeConnectionCarriesItsClientLikeAnyOther() {
+    /// A CONNECT to tunnel.test (`mode = "tunnel"`) whose ClientHello has come, carrying
+    /// `encrypted_client_hello` when `hidingItsName` (refused: the tunnel cannot be bound).
+    private func tunnelModeConnection(hidingItsName: Bool) -> Harness {
         let harness = harness()
         harness.connection.start()
         harness.plainClient.receive("CONNECT tunnel.test:443 HTTP/1.1\r\n\r\n")
         harness.io.dials.last?.work.done(.success(20))
-        harness.io.hello = .hello(ClientHello(alpn: nil, serverName: "tunnel.test", offersEncryptedClientHello: false))
+        harness.io.hello = .hello(ClientHello(alpn: nil, serverName: "tunnel.test", offersEncryptedClientHello: hidingItsName))
         harness.plainClient.receive("\u{16}")
+        return harness
+    }
+
+    /// The pass-through `tunnel-closed` line carries the client's identity too, and the tunnel
+    /// is counted under the client's section, not `client="none"`.
+    func testATunnelModeConnectionCarriesItsClientLikeAnyOther() {
+        let harness = tunnelModeConnection(hidingItsName: false)
         assertTunnelRecorded(harness, relaying: "passing-through", outcome: "tunnel", listener: "connect", upstream: "192.0.2.1:443")
     }
 
@@ -101,12 +108,7 @@ final class ConnectionRecordTests: XCTestCase {
     }
 
     func testARefusedTunnelIsCountedUnderItsClient() {
-        let harness = harness()
-        harness.connection.start()
-        harness.plainClient.receive("CONNECT tunnel.test:443 HTTP/1.1\r\n\r\n")
-        harness.io.dials.last?.work.done(.success(20))
-        harness.io.hello = .hello(ClientHello(alpn: nil, serverName: "tunnel.test", offersEncryptedClientHello: true))
-        harness.plainClient.receive("\u{16}")
+        let harness = tunnelModeConnection(hidingItsName: true)
         let records = harness.io.records
         XCTAssertEqual(records.count, 1)
         records.first.map { assertIdentified($0, event: "connection") }
