@@ -2,29 +2,20 @@ import Glibc
 import CPinproxyShims
 import PinproxyCore
 
-/// The addresses of an accepted connection as the kernel knows them: where it was accepted
-/// (`local`), and where the client was sending it before netfilter (an nftables `redirect`)
-/// turned it to this listener (`original`, from conntrack).
-public struct ConnectionAddresses: Sendable {
-    /// The listener's address the connection arrived at.
-    public let local: SocketAddress?
-    /// The destination the client connected to, or why the kernel gave none (no conntrack
-    /// entry: the connection was not redirected and conntrack does not track it).
-    public let original: Result<SocketAddress, SystemError>
-
+extension ConnectionAddresses {
     /// Reads both from `socket`: SO_ORIGINAL_DST at SOL_IP for IPv4, IP6T_SO_ORIGINAL_DST at
     /// SOL_IPV6 for IPv6 (and SOL_IP again for an IPv4-mapped peer of an IPv6 socket).
     public init(socket: Int32) {
-        local = SocketAddress.local(of: socket)
+        let local = SocketAddress.local(of: socket)
         guard let local, local.address.isIPv6 else {
-            original = Self.original(socket, level: Int32(SOL_IP), option: pp_SO_ORIGINAL_DST())
+            self.init(local: local, original: Self.original(socket, level: Int32(SOL_IP), option: pp_SO_ORIGINAL_DST()))
             return
         }
         let v6 = Self.original(socket, level: Int32(SOL_IPV6), option: pp_IP6T_SO_ORIGINAL_DST())
         if case .failure = v6, local.address.unmapped != local.address {
-            original = Self.original(socket, level: Int32(SOL_IP), option: pp_SO_ORIGINAL_DST())
+            self.init(local: local, original: Self.original(socket, level: Int32(SOL_IP), option: pp_SO_ORIGINAL_DST()))
         } else {
-            original = v6
+            self.init(local: local, original: v6)
         }
     }
 

@@ -1,4 +1,5 @@
 import COpenSSL
+import PinproxyCore
 
 /// What pinproxy presents to an upstream that asks for a client certificate (mutual TLS): a
 /// certificate, the chain sent with it, and the certificate's key.
@@ -13,17 +14,6 @@ public struct TLSClientIdentity: Sendable {
         self.chain = chain
         self.key = key
     }
-}
-
-/// How an upstream connection answers a server that asks for its client certificate
-/// (`BufferEvent.onClientCertificateRequest`).
-public enum ClientCertificateAnswer: Sendable {
-    /// Install the identity now and send it (Certificate, then CertificateVerify).
-    case present
-    /// Send an empty Certificate message: the handshake goes on without the identity.
-    case withhold
-    /// End the handshake here with an alert: nothing more is sent.
-    case abortHandshake
 }
 
 /// Ties an upstream SSL to the identity it may present and to the connection that decides

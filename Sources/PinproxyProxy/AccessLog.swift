@@ -64,11 +64,13 @@ public struct AccessLog: Sendable {
 
     private let format: ProxySettings.LogFormat
     private let prefixer: SyslogPrefixer
+    private let write: @Sendable (String) -> Void
 
-    /// A log writing `format` lines to stderr.
-    public init(format: ProxySettings.LogFormat) {
+    /// A log writing `format` lines to stderr, or to `write` (the unit tests keep them).
+    public init(format: ProxySettings.LogFormat, write: @escaping @Sendable (String) -> Void = { StandardError.writeLine($0) }) {
         self.format = format
         prefixer = SyslogPrefixer.detect()
+        self.write = write
     }
 
     /// Writes one event line: time, level and event first, then `fields` and `certificates` in
@@ -86,7 +88,7 @@ public struct AccessLog: Sendable {
             if let value { line.append((Field.allCases[index].rawValue, value)) }
         }
         let text = format == .json ? LineFormat.json(line) : LineFormat.logfmt(line)
-        StandardError.writeLine(prefixer.format(text, priority: LineFormat.priority(level)))
+        write(prefixer.format(text, priority: LineFormat.priority(level)))
     }
 
     /// The fields `certificates` makes in this log's format.

@@ -21,20 +21,20 @@ extension ClientConnection {
         }
     }
 
-    /// Takes the decision (counting the client's tunnels under `max_tunnels_per_client`) and
-    /// goes on as it says; `resolution` is the name's addresses once the decision asked for them.
+    /// Takes the decision (counting the client's tunnels when a rule reads them) and goes on as
+    /// it says; `resolution` is the name's addresses once the decision asked for them.
     private func decide(_ request: AdmissionRequest, hello: ClientHello?, resolution: [IPAddress]? = nil) {
         let decision: Admission.Decision
-        if let limit = config.proxy.maxTunnelsPerClient {
+        if Admission.countsClientTunnels(config) {
             var request = request
             request.clientKey = ClientKey(identity: request.client, address: client?.address)
-            decision = shared.clientTunnels.admit(request.clientKey) { held in
+            decision = io.clientTunnels.admit(request.clientKey) { held in
                 request.clientTunnels = held
-                return Admission.decide(request, config: config, tunnelLimit: limit, at: io.wallClock, resolution: resolution)
+                return Admission.decide(request, config: config, at: io.wallClock, resolution: resolution)
             }
             if case .admit = decision { countedAs = request.clientKey }
         } else {
-            decision = Admission.decide(request, config: config, tunnelLimit: nil, at: io.wallClock, resolution: resolution)
+            decision = Admission.decide(request, config: config, at: io.wallClock, resolution: resolution)
         }
         func destination(_ entry: PolicyEntry, _ client: ClientDecision) -> Destination {
             Destination(host: request.host, port: request.port, entry: entry, context: config.verdictContext, client: client)

@@ -1,5 +1,4 @@
 import Foundation
-import PinproxyCore
 import Logging
 import PinproxyCore
 import PinproxyInterop
@@ -50,30 +49,33 @@ struct Destination: CustomStringConvertible {
 final class ClientConnection<IO: ConnectionIO> {
     typealias Subject = ConnectionSubject
 
-    /// Where the connection is in its life, with what that step needs.
+    /// Where the connection is in its life, with what that step needs. The states whose data
+    /// is large and short-lived (a destination, an admission request, an upstream being
+    /// opened) are `indirect`: their data lives in a box of its own while the state lasts, so
+    /// the connection object is only as large as the states that last (an open tunnel's).
     enum State {
         /// Reading the CONNECT request, within `request_timeout`.
         case readingRequest(RequestHead, timer: IO.Timer)
         /// Transparent listener: reading the client's ClientHello (kept buffered), within
         /// `request_timeout`; the addresses say where the client was going.
-        case readingTransparentHello(ConnectionAddresses, IO.HelloReader, timer: IO.Timer)
+        indirect case readingTransparentHello(ConnectionAddresses, IO.HelloReader, timer: IO.Timer)
         /// With `[clients]`: the owner of the client's socket is known, and what can block
         /// (its user's name, unit, program) is looked up off the loop, within
         /// `client_identity_timeout`; the request waits with it.
-        case identifying(ClientRequest, PendingIdentity, timer: IO.Timer)
+        indirect case identifying(ClientRequest, PendingIdentity, timer: IO.Timer)
         /// Waiting for DNS, within `dns_timeout`.
-        case resolving(Destination, IO.Lookup, timer: IO.Timer)
+        indirect case resolving(Destination, IO.Lookup, timer: IO.Timer)
         /// Transparent listener, `mode = "tunnel"`: waiting for DNS, within `dns_timeout`, to
         /// learn whether the client's original destination is an address of the name it sent:
         /// the admission decision is taken again with the answer (`Admit.swift`); its
         /// ClientHello waits in the buffer.
-        case bindingTunnel(Destination, AdmissionRequest, ClientHello, IO.Lookup, timer: IO.Timer)
+        indirect case bindingTunnel(Destination, AdmissionRequest, ClientHello, IO.Lookup, timer: IO.Timer)
         /// Opening the upstream of a CONNECT, offering `ALPNOffer.upstreamDefault`: a refusal
         /// is the CONNECT's answer.
-        case opening(Destination, Dialing)
+        indirect case opening(Destination, Dialing)
         /// Opening the only upstream of a transparent client, offering what its ClientHello
         /// (waiting in the client's buffer) offers: a refusal is a page inside the client's TLS.
-        case openingTransparent(Destination, ClientHello, Dialing)
+        indirect case openingTransparent(Destination, ClientHello, Dialing)
         /// The verdict allowed the upstream and the 200 is sent: reading the client's
         /// ClientHello (kept buffered) to learn its ALPN offer, within the client's
         /// `handshake_timeout`, which runs on into `clientHandshake`.
@@ -81,7 +83,7 @@ final class ClientConnection<IO: ConnectionIO> {
         /// The client does not offer what the upstream negotiated: the first upstream is
         /// closed and another opened at its address with the client's offer (`NegotiateProtocol.swift`).
         /// A refusal can only cut the client's handshake off.
-        case reopening(Destination, Reopen, Dialing)
+        indirect case reopening(Destination, Reopen, Dialing)
         /// The client's TLS handshake, within `handshake_timeout`.
         case clientHandshake(Tunnel, timer: IO.Timer)
         /// The client's handshake is done: the relay takes both TLS connections over on the
@@ -93,7 +95,7 @@ final class ClientConnection<IO: ConnectionIO> {
         case refusing(grace: IO.Timer)
         /// `refusal = "in-tls"`: the refusal page inside the client's TLS. `InTLSRefusal` drives
         /// `clientSide` (with its own timeout) and ends the connection once; nil while it starts.
-        case refusingInTLS(Subject, RefusalReason, InTLSRefusal<IO>?)
+        indirect case refusingInTLS(Subject, RefusalReason, InTLSRefusal<IO>?)
         /// `mode = "tunnel"`: the upstream is connected and the 200 sent; reading the client's
         /// ClientHello (kept buffered) within `handshake_timeout`, before a byte goes upstream.
         case readingTunnelHello(PassThrough<IO.Endpoint>, IO.HelloReader, timer: IO.Timer)
@@ -240,15 +242,18 @@ final class ClientConnection<IO: ConnectionIO> {
     }
 
     let io: IO
-    let shared: SharedState
     let client: SocketAddress?
     /// The listener the client arrived on.
     let listener: ListenerKind
     /// Where the client's socket is connected to on the CONNECT listener (this end of the
     /// connection); read only when the config has `[clients]`.
     let ourEnd: SocketAddress?
-    /// The config snapshot taken at accept; a reload never changes it.
-    let config: Config
+    /// The config snapshot taken at accept, by reference; a reload never changes it.
+    let snapshot: ConfigSnapshot
+    /// The snapshot's config, borrowed (never copied).
+    var config: Config {
+        _read { yield snapshot.config }
+    }
     /// The client's socket: plain until the client's TLS is accepted, then the TLS filter on
     /// top of it, until the relay takes the connection over.
     var clientSide: IO.Endpoint
@@ -256,7 +261,7 @@ final class ClientConnection<IO: ConnectionIO> {
     private let onClose: (ClientConnection) -> Void
     /// `.closed` until `start`.
     private(set) var state: State = .closed
-    /// Who the admission counted this connection's tunnel for (`max_tunnels_per_client`).
+    /// Who the admission counted this connection's tunnel for (`ClientTunnels`).
     var countedAs: ClientKey?
 
     /// Bytes a client may send after its request and before its tunnel opens (a pipelined
@@ -266,14 +271,13 @@ final class ClientConnection<IO: ConnectionIO> {
     static var refusalGrace: TimeInterval { 5 }
 
     /// A connection on `clientSide`, the accepted client's socket.
-    init(io: IO, shared: SharedState, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: Config,
+    init(io: IO, clientSide: IO.Endpoint, client: SocketAddress?, ourEnd: SocketAddress?, config: ConfigSnapshot,
          listener: ListenerKind, onClose: @escaping (ClientConnection) -> Void) {
         self.io = io
-        self.shared = shared
         self.clientSide = clientSide
         self.client = client
         self.ourEnd = ourEnd
-        self.config = config
+        snapshot = config
         self.listener = listener
         self.onClose = onClose
     }
@@ -455,7 +459,7 @@ final class ClientConnection<IO: ConnectionIO> {
         state = .closed
         previous.abandonWaits()
         clientSide.close()
-        if let countedAs { shared.clientTunnels.release(countedAs) }
+        if let countedAs { io.clientTunnels.release(countedAs) }
         switch previous {
         case .opening(_, let step), .openingTransparent(_, _, let step), .reopening(_, _, let step):
             step.upstream?.connection.close()
@@ -555,7 +559,7 @@ final class ClientConnection<IO: ConnectionIO> {
         if case .forwarded = clientDecision?.identity { fields += ConnectionRecord.identityFields(clientDecision) }
         if let subject = logSubject { fields += [(.host, subject.host.description), (.port, String(subject.port))] }
         fields.append((.detail, detail))
-        shared.log.emit(level, event, fields)
+        io.log(level, event, fields)
     }
 }
 

@@ -2,7 +2,7 @@ import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 
-/// The tunnels each client holds (`ClientKey`), while `max_tunnels_per_client` is set: counted
+/// The tunnels each client holds (`ClientKey`), while a rule reads them (`Admission.countsClientTunnels`): counted
 /// from admission to close, across workers.
 final class ClientTunnels: Sendable {
     private let held = Locked([ClientKey: Int]())

@@ -41,7 +41,7 @@ extension ClientConnection {
         switch result {
         case .success(let socket):
             // Registered before its ClientHello goes out, so that a capture loop is recognised.
-            let own = shared.ownUpstreams?.register(socket)
+            let own = io.ownUpstreams?.register(socket)
             if destination.entry.policy.mode == .tunnel {
                 return openPassThrough(socket: socket, address: address, for: destination, own: own)
             }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -56,6 +57,23 @@ protocol ConnectionIO {
     /// Writes what happened to the connection: its decision line, its `tunnel-closed` line, the
     /// metrics and the report (`ConnectionRecorder`).
     func record(_ record: ConnectionRecord)
+    /// Writes a line about the connection that is not its record (a timeout, a client's failed
+    /// handshake, an event in the wrong state).
+    func log(_ level: Logger.Level, _ event: String, _ fields: [(AccessLog.Field, String)])
+    /// The counters the steps feed besides the record: latencies, SCTs, relayed bytes.
+    var metrics: ProxyMetrics { get }
+    /// A tunnel has opened (it is counted until its `tunnelClosed` record).
+    func tunnelOpened()
+    /// The tunnels each client holds, counted when a rule reads them (`Admission.countsClientTunnels`).
+    var clientTunnels: ClientTunnels { get }
+    /// Forgets the upstream session cached under `key` (its resumption failed the verdict).
+    func forgetSession(_ key: String)
+    /// What each full upstream handshake delivered beside the chain (for `ct`), under its session's key.
+    var deliveredSCTs: BoundedCache<DeliveredBesideChain> { get }
+    /// The daemon's own upstream sockets, while a transparent listener is on (capture loops).
+    var ownUpstreams: OwnUpstreams? { get }
+    /// The transparent listeners' addresses.
+    var transparentListeners: [SocketAddress] { get }
     /// Runs an entry's `verify_command` off the loop (`CustomChecks.check`); `done` is called on the loop.
     func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
                         client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval,

@@ -10,12 +10,12 @@ extension ClientConnection {
     /// client's ALPN offer, which then goes on to the client's handshake.
     func evaluateUpstream(_ upstream: Upstream, for destination: Destination) {
         let connection = upstream.connection
-        shared.metrics.handshakeLatency(io.now - upstream.started)
+        io.metrics.handshakeLatency(io.now - upstream.started)
         // Not read again until the relay starts: what it sends meanwhile waits in the kernel.
         connection.setReading(false)
         let verdict = judge(upstream, for: destination)
         guard verdict.allowsConnection else {
-            if connection.sessionReused { shared.sessions.remove(sessionKey(for: destination)) }
+            if connection.sessionReused { io.forgetSession(sessionKey(for: destination)) }
             return refuse(verdict: verdict, alpn: connection.selectedProtocol, note: clientCertificateNote(upstream))
         }
         if TrustEvaluator.needsCustomCheck(verdict), let command = destination.entry.policy.verifyCommand {
@@ -37,10 +37,10 @@ extension ClientConnection {
         let started = io.now
         let verdict = TrustEvaluator.evaluate(presentation, host: destination.host, port: destination.port, entry: destination.entry,
                                               context: destination.context, at: io.wallClock)
-        shared.metrics.verificationLatency(io.now - started)
-        shared.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
+        io.metrics.verificationLatency(io.now - started)
+        io.metrics.upstreamChainVerified(verdict.verified, entry: destination.entry)
         if !connection.sessionReused, let ct = verdict.certificateTransparency {
-            for entry in ct.entries { shared.metrics.sctFound(source: entry.sct.source.rawValue, counted: entry.counted) }
+            for entry in ct.entries { io.metrics.sctFound(source: entry.sct.source.rawValue, counted: entry.counted) }
         }
         return verdict
     }
@@ -75,10 +75,10 @@ extension ClientConnection {
         let key = sessionKey(for: destination)
         guard connection.sessionReused else {
             let delivered = DeliveredBesideChain(tlsExtensionSCTs: connection.tlsExtensionSCTs, ocspStaple: connection.ocspStaple)
-            shared.deliveredSCTs.store(delivered, for: key)
+            io.deliveredSCTs.store(delivered, for: key)
             return .init(chain: chain, ocspStaple: delivered.ocspStaple, tlsExtensionSCTs: delivered.tlsExtensionSCTs)
         }
-        guard let kept = shared.deliveredSCTs.value(for: key) else {
+        guard let kept = io.deliveredSCTs.value(for: key) else {
             return .init(chain: chain, ocspStaple: connection.ocspStaple, resumed: true)
         }
         return .init(chain: chain, ocspStaple: connection.ocspStaple ?? kept.ocspStaple, tlsExtensionSCTs: kept.tlsExtensionSCTs)

@@ -29,13 +29,13 @@ enum ClientRequest {
 }
 
 extension ClientConnection {
-    /// Identify the client, when the config has `[clients]` or `max_tunnels_per_client`
+    /// Identify the client, when a rule of the admission reads it (`Admission.needsClientIdentity`)
     /// (`ClientIdentifier`): its socket's owner at once, then, off the loop within
     /// `client_identity_timeout`, what can block. The client's socket is connected to this end
     /// of the connection, or, on the transparent listener, to the original destination.
     /// Nothing the client sent takes part. Otherwise nothing is looked up. Then admit.
     func identifyClient(_ request: ClientRequest) {
-        guard !config.clients.isEmpty || config.proxy.maxTunnelsPerClient != nil else { return admit(request, identity: nil) }
+        guard Admission.needsClientIdentity(config) else { return admit(request, identity: nil) }
         let clientsEnd: SocketAddress? = switch request {
         case .connect: ourEnd
         case .transparent(_, let original, _): original

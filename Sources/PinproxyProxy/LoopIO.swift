@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -73,6 +74,28 @@ struct LoopIO: ConnectionIO {
         shared.recorder.record(record)
         if case .tunnelClosed = record.event { shared.openTunnels.subtract(1, ordering: .relaxed) }
     }
+
+    func log(_ level: Logger.Level, _ event: String, _ fields: [(AccessLog.Field, String)]) {
+        shared.log.emit(level, event, fields)
+    }
+
+    var metrics: ProxyMetrics { shared.metrics }
+
+    func tunnelOpened() {
+        shared.tunnelOpened()
+    }
+
+    var clientTunnels: ClientTunnels { shared.clientTunnels }
+
+    func forgetSession(_ key: String) {
+        shared.sessions.remove(key)
+    }
+
+    var deliveredSCTs: BoundedCache<DeliveredBesideChain> { shared.deliveredSCTs }
+
+    var ownUpstreams: OwnUpstreams? { shared.ownUpstreams }
+
+    var transparentListeners: [SocketAddress] { shared.transparentListeners }
 
     func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
                         client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval,

@@ -17,13 +17,13 @@ extension ClientConnection {
     /// sockets (its user is not exempt from the egress lock) is closed at once, and that
     /// upstream's own connection is refused instead: the loop ends after one turn.
     func routeTransparent(_ hello: ClientHello, addresses: ConnectionAddresses) {
-        if let client, shared.ownUpstreams?.claimCaptured(peer: client) == true {
+        if let client, io.ownUpstreams?.claimCaptured(peer: client) == true {
             return close()
         }
         let named = hello.serverName.flatMap(TargetHost.init)
         let original: SocketAddress
         switch addresses.original {
-        case .success(let found) where found != addresses.local && !shared.transparentListeners.contains(found):
+        case .success(let found) where found != addresses.local && !io.transparentListeners.contains(found):
             original = found
         case .success(let found):
             return refuseDirect("its original destination \(found) is the transparent listener itself", named: named, addresses: addresses)

@@ -119,7 +119,7 @@ extension ClientConnection {
         let idle = config.proxy.idleTimeout
         let idleCheck = io.timer(after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkPassThroughIdle() }
         enter(.passingThrough(passage, relay, idleCheck: idleCheck))
-        shared.tunnelOpened()
+        io.tunnelOpened()
         relay.onEvent = { [weak self] event in self?.passThroughEvent(event) }
         relay.start()
     }
@@ -131,10 +131,10 @@ extension ClientConnection {
             passage.lastActivity = io.now
             if direction == .up {
                 passage.bytesUp += bytes
-                shared.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
+                io.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
             } else {
                 passage.bytesDown += bytes
-                shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
+                io.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
             }
         case .ended(let direction):
             if direction == .down, let loop = capturedUpstream(passage) {

@@ -32,7 +32,7 @@ extension ClientConnection {
         let idle = config.proxy.idleTimeout
         let idleCheck = io.timer(after: max(0.05, idle / 4), repeats: true) { [weak self] in self?.checkIdle() }
         enter(.relaying(tunnel, relay, idleCheck: idleCheck))
-        shared.tunnelOpened()
+        io.tunnelOpened()
         relay.onEvent = { [weak self] event in self?.relayEvent(event) }
         relay.start()
     }
@@ -45,10 +45,10 @@ extension ClientConnection {
             switch direction {
             case .up:
                 tunnel.bytesUp += bytes
-                shared.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
+                io.metrics.relayed(bytesUp: UInt64(bytes), bytesDown: 0)
             case .down:
                 tunnel.bytesDown += bytes
-                shared.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
+                io.metrics.relayed(bytesUp: 0, bytesDown: UInt64(bytes))
             }
         case .ended(let direction):
             // Everything the side sent has been delivered: its peer is told (close_notify).

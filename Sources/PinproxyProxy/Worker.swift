@@ -37,7 +37,7 @@ final class SharedState: Sendable {
     let ownUpstreams: OwnUpstreams?
     /// The transparent listeners' addresses, as bound at start (`transparent_listen` is restart-only).
     let transparentListeners: [SocketAddress]
-    /// The tunnels each client holds, under `max_tunnels_per_client`.
+    /// The tunnels each client holds, while a rule reads them (`Admission.countsClientTunnels`).
     let clientTunnels = ClientTunnels()
     /// Open connections the process's file-descriptor limit allows (two descriptors each),
     /// once the daemon's own descriptors and the admin connections are set aside.
@@ -191,7 +191,8 @@ final class Worker: @unchecked Sendable {
     }
 
     private func accept(socket: Int32, client: SocketAddress?, kind: ListenerKind) {
-        let config = shared.policy.config
+        let snapshot = shared.policy.snapshot
+        let config = snapshot.config
         let limit = min(config.proxy.maxConnections ?? shared.descriptorCeiling, shared.descriptorCeiling)
         let open = shared.openConnections.add(1, ordering: .relaxed).newValue
         guard open <= limit else {
@@ -207,13 +208,12 @@ final class Worker: @unchecked Sendable {
         }
         // Read before the buffer event takes the socket over.
         let addresses = kind == .transparent ? ConnectionAddresses(socket: socket) : nil
-        let identifies = !config.clients.isEmpty || config.proxy.maxTunnelsPerClient != nil
-        let ourEnd = !identifies || kind == .transparent ? nil : SocketAddress.local(of: socket)
+        let ourEnd = !Admission.needsClientIdentity(config) || kind == .transparent ? nil : SocketAddress.local(of: socket)
         setNoDelay(socket)
         let connection: ClientConnection<LoopIO>
         do {
             let clientSide = try BufferEvent(loop: loop, socket: socket)
-            connection = ClientConnection(io: io, shared: shared, clientSide: clientSide, client: client, ourEnd: ourEnd, config: config,
+            connection = ClientConnection(io: io, clientSide: clientSide, client: client, ourEnd: ourEnd, config: snapshot,
                                           listener: kind) { [unowned self] in self.remove($0) }
         } catch {
             shared.openConnections.subtract(1, ordering: .relaxed)

@@ -1,4 +1,3 @@
-import PinproxyCore
 import Glibc
 @testable import PinproxyCore
 import XCTest

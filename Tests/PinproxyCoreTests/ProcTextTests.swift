@@ -1,4 +1,3 @@
-import PinproxyCore
 @testable import PinproxyCore
 import XCTest
 

@@ -8,7 +8,11 @@ import XCTest
 /// listeners, the name binding that asks for the name's resolution and takes it back, the
 /// per-client tunnel limit, and how a partly known client fails closed.
 final class AdmissionTests: XCTestCase {
-    static let config = try! ConfigLoader.load(text: """
+    static let config = configuration()
+
+    /// The rules below, under `max_tunnels_per_client = limit` (nil: unlimited).
+    static func configuration(limit: Int? = nil) -> Config {
+        try! ConfigLoader.load(text: (limit.map { "[proxy]\nmax_tunnels_per_client = \($0)\n\n" } ?? "") + """
         [resolve]
         "pinned-tunnel.test" = "192.0.2.1"
 
@@ -31,6 +35,7 @@ final class AdmissionTests: XCTestCase {
         allow = ["tunnel.test", "api.test"]
 
         """, path: "admission.toml", directory: NSTemporaryDirectory())
+    }
 
     static let original = IPAddress("192.0.2.1")!
     static let other = IPAddress("198.51.100.7")!
@@ -38,7 +43,7 @@ final class AdmissionTests: XCTestCase {
     private func decide(_ host: String, port: UInt16 = 443, route: AdmissionRequest.Route = .connect, client: ClientIdentity? = .remote,
                         held: Int = 0, limit: Int? = nil, resolution: [IPAddress]? = nil) -> Admission.Decision {
         let request = AdmissionRequest(host: TargetHost(host)!, port: port, route: route, client: client, clientKey: .unknown, clientTunnels: held)
-        return Admission.decide(request, config: Self.config, tunnelLimit: limit, at: Date(), resolution: resolution)
+        return Admission.decide(request, config: limit.map { Self.configuration(limit: $0) } ?? Self.config, at: Date(), resolution: resolution)
     }
 
     private func reason(_ decision: Admission.Decision) -> RefusalReason? {

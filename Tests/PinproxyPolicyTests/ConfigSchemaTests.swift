@@ -1,5 +1,4 @@
 import Foundation
-import PinproxyCore
 @testable import PinproxyPolicy
 import XCTest
 

@@ -1,5 +1,4 @@
 import Foundation
-import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import XCTest

@@ -1,6 +1,5 @@
 import COpenSSL
 import Foundation
-import PinproxyCore
 @testable import PinproxyInterop
 @testable import PinproxyPolicy
 import XCTest

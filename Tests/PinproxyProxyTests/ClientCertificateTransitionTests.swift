@@ -1,7 +1,7 @@
 import Foundation
 import PinproxyCore
 import XCTest
-@testable import PinproxyInterop
+import PinproxyInterop
 import PinproxyPolicy
 @testable import PinproxyProxy
 
@@ -11,29 +11,29 @@ import PinproxyPolicy
 final class ClientCertificateTransitionTests: XCTestCase {
     typealias Harness = ConnectionHarness
 
-    /// www.api.test (the embedded upstreams present api.test's chain, which names it) with a
-    /// client certificate, pinned to the leaf's key, or to keys it does not have (`matching`
-    /// false), enforced or report-only.
+    /// What www.api.test presents (under the harness's root), and the client certificate its
+    /// entry sends: the same leaf and key, written where the config names them.
+    static let server = Harness.chain(for: "www.api.test")
+
+    /// www.api.test with a client certificate, pinned to its leaf's key, or to keys it does not
+    /// have (`matching` false), enforced or report-only.
     static func config(matching: Bool, enforce: Bool = true) throws -> Config {
-        let directory = NSTemporaryDirectory() + "pinproxy-client-identity-\(getpid())"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        for name in ["api-chain.pem", "api.key"] {
-            let target = directory + "/" + name
-            try? FileManager.default.removeItem(atPath: target)
-            try FileManager.default.copyItem(atPath: Harness.pki.directory + "/" + name, toPath: target)
-            chmod(target, 0o600)
-        }
-        let leafPin = Pin(digest: Harness.pki.chain[0].publicKeySHA256).description
+        let directory = Harness.pki.directory
+        try server.chain.map(\.pem).joined().write(toFile: directory + "/www-chain.pem", atomically: true, encoding: .utf8)
+        try server.key.pem.write(toFile: directory + "/www.key", atomically: true, encoding: .utf8)
+        chmod(directory + "/www.key", 0o600)
+        let leafPin = Pin(digest: server.chain[0].publicKeySHA256).description
         let otherPins = [Pin(digest: Array(repeating: 1, count: 32)).description, Pin(digest: Array(repeating: 2, count: 32)).description]
         let pins = matching ? [leafPin, otherPins[0]] : otherPins
         return try Harness.config("""
             [hosts."www.api.test"]
             trust = ["root-a.pem"]
+            require_web_pki_profile = false
             pin = "public-key"
             pins = ["\(pins[0])", "\(pins[1])"]
             enforce = \(enforce)
-            client_certificate = "\(directory)/api-chain.pem"
-            client_key = "\(directory)/api.key"
+            client_certificate = "\(directory)/www-chain.pem"
+            client_key = "\(directory)/www.key"
 
             """)
     }
@@ -41,6 +41,7 @@ final class ClientCertificateTransitionTests: XCTestCase {
     /// In the upstream handshake to www.api.test under `config`.
     static func handshaking(_ config: Config) -> Harness {
         let harness = Harness(config: config)
+        harness.io.presentedChain = server.chain
         harness.connection.start()
         harness.plainClient.receive("CONNECT www.api.test:443 HTTP/1.1\r\nHost: www.api.test:443\r\n\r\n")
         harness.io.lookups.last?.done(.success([IPAddress("198.51.100.7")!]))

@@ -1,29 +1,41 @@
 import Foundation
 import PinproxyCore
 import XCTest
-@testable import PinproxyInterop
+import PinproxyInterop
 import PinproxyPolicy
-import PinproxyService
 @testable import PinproxyProxy
+import PinproxyService
 
 /// A `ClientConnection` on the embedded IO, and the ways to bring it into each of its states
 /// the way a client and the network would.
 final class ConnectionHarness {
-    /// The e2e tests' PKI (`Tests/e2e/pki.py`) in a temporary directory, and the chain the
-    /// embedded upstreams present: api.test's, which verifies, so that its `verify_command` runs.
-    static let pki: (directory: String, chain: [Certificate]) = {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let directory = NSTemporaryDirectory() + "pinproxy-transitions-pki-\(getpid())"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", root.appendingPathComponent("Tests/e2e/pki.py").path, directory]
-        process.standardOutput = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { preconditionFailure("Tests/e2e/pki.py cannot be run") }
-        process.waitUntilExit()
-        guard process.terminationStatus == 0, let bytes = FileManager.default.contents(atPath: directory + "/api-chain.pem"),
-              let chain = try? Certificate.parseAll(Array(bytes)) else { preconditionFailure("Tests/e2e/pki.py made no api.test chain") }
-        return (directory, chain)
+    /// A root made in the process for the tests: its certificate is written to a temporary
+    /// directory (the `root-a.pem` the config trusts), nothing else is on disk. Like the local
+    /// CA's, it carries an extendedKeyUsage, so the entries that trust it leave the web-PKI
+    /// profile out (`require_web_pki_profile = false`).
+    static let pki: (directory: String, root: Certificate, key: PrivateKey) = {
+        let directory = NSTemporaryDirectory() + "pinproxy-transitions-\(getpid())"
+        guard (try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)) != nil,
+              let key = try? PrivateKey.generateP256(),
+              let root = try? CertificateBuilder.makeCA(commonName: "pinproxy transition tests", key: key, notBefore: Date() - 3_600,
+                                                         notAfter: Date() + 86_400),
+              FileManager.default.createFile(atPath: directory + "/root-a.pem", contents: Data(root.pem.utf8))
+        else { preconditionFailure("the transition tests' root cannot be made") }
+        return (directory, root, key)
     }()
+
+    /// A chain for `host` (leaf, root) under `pki`'s root, and the leaf's key.
+    static func chain(for host: String) -> (chain: [Certificate], key: PrivateKey) {
+        guard let key = try? PrivateKey.generateP256(),
+              let leaf = try? CertificateBuilder.makeLeaf(for: .dns(host), key: key, issuer: pki.root, issuerKey: pki.key,
+                                                          notBefore: Date() - 3_600, notAfter: Date() + 86_400)
+        else { preconditionFailure("no leaf for \(host)") }
+        return ([leaf, pki.root], key)
+    }
+
+    /// What the embedded upstreams present: api.test's chain, which verifies, so that its
+    /// `verify_command` runs.
+    static let apiChain = chain(for: "api.test").chain
 
     static let configText = """
         [proxy]
@@ -41,6 +53,7 @@ final class ConnectionHarness {
 
         [hosts."api.test"]
         trust = ["root-a.pem"]
+        require_web_pki_profile = false
         verify_command = ["/bin/true"]
 
         [hosts."denied.test"]
@@ -59,16 +72,8 @@ final class ConnectionHarness {
         return try ConfigLoader.load(text: text, path: "transitions.toml", directory: pki.directory)
     }
 
-    /// One shared state for every test: the CA is made once, in a temporary directory.
-    static let shared: SharedState = {
-        let directory = NSTemporaryDirectory() + "pinproxy-transitions-\(getpid())"
-        // A failure here fails every test that uses the harness, with this message.
-        guard let config = try? config(), let ca = try? LocalCA.openOrCreate(directory: directory),
-              let shared = try? SharedState(policy: PolicyState(config), localCA: ca, log: AccessLog(format: .logfmt),
-                                            metrics: ProxyMetrics(version: "test", commit: "test"), openFileLimit: 1024, adminConnections: 0)
-        else { preconditionFailure("the transition tests' shared state cannot be made") }
-        return shared
-    }()
+    /// What the kernel says of a transparent connection that was not redirected: no original destination.
+    static let notRedirected = ConnectionAddresses(local: nil, original: .failure(SystemError("getsockopt(SO_ORIGINAL_DST)", ENOENT)))
 
     let io = EmbeddedIO()
     let plainClient = EmbeddedEndpoint(socket: 10)
@@ -80,10 +85,10 @@ final class ConnectionHarness {
     }
 
     init(config: Config, listener: ListenerKind = .connect) {
-        io.presentedChain = Self.pki.chain
+        io.presentedChain = Self.apiChain
         let loopback = IPAddress("127.0.0.1")!
-        connection = ClientConnection(io: io, shared: Self.shared, clientSide: plainClient, client: SocketAddress(address: loopback, port: 40000),
-                                      ourEnd: SocketAddress(address: loopback, port: 3128), config: config,
+        connection = ClientConnection(io: io, clientSide: plainClient, client: SocketAddress(address: loopback, port: 40000),
+                                      ourEnd: SocketAddress(address: loopback, port: 3128), config: ConfigSnapshot(config),
                                       listener: listener) { [closeCount] _ in closeCount.value += 1 }
     }
 

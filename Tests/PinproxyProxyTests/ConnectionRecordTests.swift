@@ -1,10 +1,10 @@
 import Foundation
 import PinproxyCore
 import XCTest
-@testable import PinproxyInterop
+import PinproxyInterop
 import PinproxyPolicy
-import PinproxyService
 @testable import PinproxyProxy
+import PinproxyService
 
 /// The one connection record, in every mode: what a connection records (on the embedded IO),
 /// the lines it makes, and the metrics the recorder counts from it. The client's identity and
@@ -20,14 +20,6 @@ final class ConnectionRecordTests: XCTestCase {
         let harness = Harness(config: Self.clients, listener: listener)
         harness.io.identity = .known(Self.alice)
         return harness
-    }
-
-    /// The decision and the tunnel's end of a connection, through a fresh recorder.
-    private func recorded(_ harness: Harness, file: StaticString = #filePath, line: UInt = #line) -> (records: [ConnectionRecord], metrics: String) {
-        let metrics = ProxyMetrics(version: "test", commit: "test")
-        let recorder = ConnectionRecorder(log: AccessLog(format: .logfmt), metrics: metrics) { _, _, _, _ in }
-        for record in harness.io.records { recorder.record(record) }
-        return (harness.io.records, metrics.render())
     }
 
     private func assertIdentified(_ record: ConnectionRecord, event: String, file: StaticString = #filePath, line: UInt = #line) {
@@ -51,6 +43,25 @@ final class ConnectionRecordTests: XCTestCase {
         }
     }
 
+    /// The connection is cut while its tunnel is open: it recorded its decision and its tunnel's
+    /// end, both carrying its client, to `upstream`, and was counted once as `outcome`.
+    private func assertTunnelRecorded(_ harness: Harness, relaying state: String, outcome: String, listener: String, upstream: String? = nil,
+                                      file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(harness.state, state, file: file, line: line)
+        harness.connection.cut("stopping")
+        let records = harness.io.records
+        XCTAssertEqual(records.count, 2, file: file, line: line)
+        guard records.count == 2 else { return }
+        assertIdentified(records[0], event: "connection", file: file, line: line)
+        assertIdentified(records[1], event: "tunnel-closed", file: file, line: line)
+        if let upstream { XCTAssertEqual(records[1].upstream?.description, upstream, file: file, line: line) }
+        // The recorder wrote both lines.
+        XCTAssertEqual(harness.io.lines.filter { $0.contains("event=connection ") || $0.contains("event=tunnel-closed ") }.count, 2,
+                       "\(harness.io.lines)", file: file, line: line)
+        let metrics = harness.io.metrics.render()
+        XCTAssertTrue(counted(metrics, outcome: outcome, listener: listener, client: "uid:1000"), metrics, file: file, line: line)
+    }
+
     func testAnInterceptedConnectionRecordsItsDecisionAndItsTunnelsEnd() {
         let harness = harness()
         harness.connection.start()
@@ -62,63 +73,46 @@ final class ConnectionRecordTests: XCTestCase {
         harness.plainClient.receive("\u{16}")
         harness.client.fire(.connected)
         harness.timers.first { $0.interval == 0 }?.fire()
-        XCTAssertEqual(harness.state, "relaying")
-        harness.connection.cut("stopping")
-        let (records, metrics) = recorded(harness)
-        XCTAssertEqual(records.count, 2)
-        assertIdentified(records[0], event: "connection")
-        assertIdentified(records[1], event: "tunnel-closed")
-        XCTAssertEqual(records[0].upstream?.description, "198.51.100.7:443")
-        XCTAssertTrue(counted(metrics, outcome: "allowed", listener: "connect", client: "uid:1000"), metrics)
+        assertTunnelRecorded(harness, relaying: "relaying", outcome: "allowed", listener: "connect", upstream: "198.51.100.7:443")
     }
 
-    func testATunnelModeConnectionCarriesItsClientLikeAnyOther() {
+    /// A CONNECT to tunnel.test (`mode = "tunnel"`) whose ClientHello has come, carrying
+    /// `encrypted_client_hello` when `hidingItsName` (refused: the tunnel cannot be bound).
+    private func tunnelModeConnection(hidingItsName: Bool) -> Harness {
         let harness = harness()
         harness.connection.start()
         harness.plainClient.receive("CONNECT tunnel.test:443 HTTP/1.1\r\n\r\n")
         harness.io.dials.last?.work.done(.success(20))
-        harness.io.hello = .hello(ClientHello(alpn: nil, serverName: "tunnel.test", offersEncryptedClientHello: false))
+        harness.io.hello = .hello(ClientHello(alpn: nil, serverName: "tunnel.test", offersEncryptedClientHello: hidingItsName))
         harness.plainClient.receive("\u{16}")
-        XCTAssertEqual(harness.state, "passing-through")
-        harness.connection.cut("stopping")
-        let (records, metrics) = recorded(harness)
-        XCTAssertEqual(records.count, 2)
-        assertIdentified(records[0], event: "connection")
-        // The pass-through tunnel-closed line carries the client's identity too.
-        assertIdentified(records[1], event: "tunnel-closed")
-        XCTAssertEqual(records[1].upstream?.description, "192.0.2.1:443")
-        // Counted under the client's section, not client="none".
-        XCTAssertTrue(counted(metrics, outcome: "tunnel", listener: "connect", client: "uid:1000"), metrics)
+        return harness
+    }
+
+    /// The pass-through `tunnel-closed` line carries the client's identity too, and the tunnel
+    /// is counted under the client's section, not `client="none"`.
+    func testATunnelModeConnectionCarriesItsClientLikeAnyOther() {
+        let harness = tunnelModeConnection(hidingItsName: false)
+        assertTunnelRecorded(harness, relaying: "passing-through", outcome: "tunnel", listener: "connect", upstream: "192.0.2.1:443")
     }
 
     func testATransparentConnectionRecordsItsClient() {
         let harness = harness(.transparent)
-        harness.connection.startTransparent(ConnectionAddresses(socket: -1))
+        harness.connection.startTransparent(Harness.notRedirected)
         harness.connection.identifyClient(.transparent(host: TargetHost("bound-insecure.test")!, original: SocketAddress(address: Transitions.someAddress, port: 443),
                                                        hello: Transitions.hello))
         harness.io.dials.last?.work.done(.success(20))
         harness.upstream?.fire(.connected)
         harness.client.fire(.connected)
         harness.timers.first { $0.interval == 0 }?.fire()
-        XCTAssertEqual(harness.state, "relaying")
-        harness.connection.cut("stopping")
-        let (records, metrics) = recorded(harness)
-        XCTAssertEqual(records.count, 2)
-        assertIdentified(records[0], event: "connection")
-        assertIdentified(records[1], event: "tunnel-closed")
-        XCTAssertTrue(counted(metrics, outcome: "allowed", listener: "transparent", client: "uid:1000"), metrics)
+        assertTunnelRecorded(harness, relaying: "relaying", outcome: "allowed", listener: "transparent")
     }
 
     func testARefusedTunnelIsCountedUnderItsClient() {
-        let harness = harness()
-        harness.connection.start()
-        harness.plainClient.receive("CONNECT tunnel.test:443 HTTP/1.1\r\n\r\n")
-        harness.io.dials.last?.work.done(.success(20))
-        harness.io.hello = .hello(ClientHello(alpn: nil, serverName: "tunnel.test", offersEncryptedClientHello: true))
-        harness.plainClient.receive("\u{16}")
-        let (records, metrics) = recorded(harness)
+        let harness = tunnelModeConnection(hidingItsName: true)
+        let records = harness.io.records
         XCTAssertEqual(records.count, 1)
-        assertIdentified(records[0], event: "connection")
+        records.first.map { assertIdentified($0, event: "connection") }
+        let metrics = harness.io.metrics.render()
         XCTAssertTrue(counted(metrics, outcome: "refused", listener: "connect", client: "uid:1000"), metrics)
         XCTAssertTrue(metrics.contains("pinproxy_refusals_total{") && metrics.contains("client=\"uid:1000\""), metrics)
     }
@@ -127,11 +121,11 @@ final class ConnectionRecordTests: XCTestCase {
         var lines = 0
         for _ in 0..<3 {
             let harness = Harness(config: Transitions.base, listener: .transparent)
-            harness.connection.startTransparent(ConnectionAddresses(socket: -1))
+            harness.connection.startTransparent(Harness.notRedirected)
             harness.io.hello = .hello(Transitions.hello)
             harness.plainClient.receive("\u{16}")
-            let (records, _) = recorded(harness)
-            lines += records.filter { if case .decision(let decision) = $0.event { decision.reason == .captureLoop } else { false } }.count
+            lines += harness.io.records.filter { if case .decision(let decision) = $0.event { decision.reason == .captureLoop } else { false } }.count
+            XCTAssertEqual(harness.io.lines.filter { $0.contains("reason=capture-loop") }.count, 1, "\(harness.io.lines)")
         }
         XCTAssertEqual(lines, 3)
     }

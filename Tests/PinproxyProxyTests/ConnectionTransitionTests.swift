@@ -71,7 +71,7 @@ final class ConnectionTransitionTests: XCTestCase {
 
     static func transparent(_ host: String) -> Harness {
         let harness = Harness(config: base, listener: .transparent)
-        harness.connection.startTransparent(ConnectionAddresses(socket: -1))
+        harness.connection.startTransparent(Harness.notRedirected)
         harness.connection.identifyClient(.transparent(host: TargetHost(host)!, original: SocketAddress(address: someAddress, port: 443), hello: hello))
         return harness
     }
@@ -80,7 +80,7 @@ final class ConnectionTransitionTests: XCTestCase {
         ("reading-request", { started() }),
         ("reading-transparent-hello", {
             let harness = Harness(config: base, listener: .transparent)
-            harness.connection.startTransparent(ConnectionAddresses(socket: -1))
+            harness.connection.startTransparent(Harness.notRedirected)
             return harness
         }),
         ("identifying", {

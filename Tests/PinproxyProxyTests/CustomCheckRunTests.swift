@@ -1,5 +1,4 @@
 import Foundation
-import PinproxyCore
 import XCTest
 @testable import PinproxyProxy
 

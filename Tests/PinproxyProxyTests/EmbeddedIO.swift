@@ -1,12 +1,15 @@
 import Foundation
+import Logging
 import PinproxyCore
-@testable import PinproxyInterop
+import PinproxyInterop
 import PinproxyPolicy
 @testable import PinproxyProxy
+import PinproxyService
 
 /// A `ConnectionIO` without sockets, loop or TLS, as swift-nio's embedded channel: it records
 /// what a connection asks for (timers, lookups, connects, endpoints, relays) and lets a test
-/// fire the events, one at a time, on the test's thread.
+/// fire the events, one at a time, on the test's thread. What the connection records goes
+/// through a real `ConnectionRecorder` into `lines` and `metrics`: no daemon state, no CA.
 final class EmbeddedIO: ConnectionIO {
     var now: TimeInterval = 1_000
     /// The time of day the verdict judges at: within the test PKI's validity.
@@ -24,8 +27,20 @@ final class EmbeddedIO: ConnectionIO {
     private(set) var customChecks: [(CustomCheckResult) -> Void] = []
     /// What the connection recorded (`ConnectionRecord`): its decision, its tunnel's end.
     private(set) var records: [ConnectionRecord] = []
+    /// Every line written about the connection, its records' included, in logfmt.
+    var lines: [String] { written.withLock { $0 } }
+    private let written = Locked([String]())
+    let metrics = ProxyMetrics(version: "test", commit: "test")
+    private lazy var recorder = ConnectionRecorder(log: accessLog, metrics: metrics) { _, _, _, _ in }
+    private lazy var accessLog = AccessLog(format: .logfmt) { [written] line in written.withLock { $0.append(line) } }
+    let clientTunnels = ClientTunnels()
+    let deliveredSCTs = BoundedCache<DeliveredBesideChain>()
+    private(set) var forgottenSessions: [String] = []
+    private(set) var tunnelsOpened = 0
+    var ownUpstreams: OwnUpstreams? { nil }
+    var transparentListeners: [SocketAddress] { [] }
     /// What `readHello` answers.
-    var hello: ClientHelloReader.Progress = .incomplete
+    var hello: ClientHelloProgress = .incomplete
     /// What `identify` answers.
     var identity: ClientIdentifier.Start = .known(.remote)
     /// What the upstreams present.
@@ -108,6 +123,19 @@ final class EmbeddedIO: ConnectionIO {
 
     func record(_ record: ConnectionRecord) {
         records.append(record)
+        recorder.record(record)
+    }
+
+    func log(_ level: Logger.Level, _ event: String, _ fields: [(AccessLog.Field, String)]) {
+        accessLog.emit(level, event, fields)
+    }
+
+    func tunnelOpened() {
+        tunnelsOpened += 1
+    }
+
+    func forgetSession(_ key: String) {
+        forgottenSessions.append(key)
     }
 
     func runCustomCheck(_ command: [String], entry: PolicyEntry, chain: [Certificate], host: TargetHost, port: UInt16,
@@ -180,7 +208,7 @@ final class EmbeddedEndpoint: ConnectionEndpoint {
     let socket: Int32
     var onRead: (() -> Void)?
     var onWrite: (() -> Void)?
-    var onEvent: ((BufferEvent.Events) -> Void)?
+    var onEvent: ((EndpointEvents) -> Void)?
     var onRenegotiationAttempt: (() -> Void)?
     var onClientCertificateRequest: (() -> ClientCertificateAnswer)?
     var input: [UInt8] = []
@@ -215,7 +243,7 @@ final class EmbeddedEndpoint: ConnectionEndpoint {
         onRead?()
     }
 
-    func fire(_ events: BufferEvent.Events) {
+    func fire(_ events: EndpointEvents) {
         onEvent?(events)
     }
 
@@ -232,7 +260,7 @@ final class EmbeddedEndpoint: ConnectionEndpoint {
     func setReading(_ enabled: Bool) { reading = enabled }
     func setWriteLowWatermark(_ bytes: Int) {}
 
-    func readLine(maxLength: Int) -> BufferEvent.Line {
+    func readLine(maxLength: Int) -> BufferedLine {
         guard let end = input.firstIndex(of: UInt8(ascii: "\n")) else { return input.count > maxLength ? .tooLong : .incomplete }
         var line = Array(input[..<end])
         if line.last == UInt8(ascii: "\r") { line.removeLast() }

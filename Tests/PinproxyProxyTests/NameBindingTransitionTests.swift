@@ -13,7 +13,7 @@ final class NameBindingTransitionTests: XCTestCase {
 
     func transparent(_ host: String) throws -> ConnectionHarness {
         let harness = ConnectionHarness(config: try ConnectionHarness.config(), listener: .transparent)
-        harness.connection.startTransparent(ConnectionAddresses(socket: -1))
+        harness.connection.startTransparent(ConnectionHarness.notRedirected)
         let hello = ClientHello(alpn: ALPNOffer([.http11]), serverName: host, offersEncryptedClientHello: false)
         harness.connection.identifyClient(.transparent(host: TargetHost(host)!, original: Self.original, hello: hello))
         return harness

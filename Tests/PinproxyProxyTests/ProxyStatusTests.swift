@@ -1,4 +1,3 @@
-import PinproxyCore
 import XCTest
 import PinproxyPolicy
 @testable import PinproxyProxy

@@ -1,4 +1,3 @@
-import PinproxyCore
 import PinproxyPolicy
 import XCTest
 @testable import PinproxyProxy

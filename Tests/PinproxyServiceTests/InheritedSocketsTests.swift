@@ -1,6 +1,5 @@
 import Glibc
 import Foundation
-import PinproxyCore
 import XCTest
 @testable import PinproxyInterop
 @testable import PinproxyService

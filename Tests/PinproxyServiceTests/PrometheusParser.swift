@@ -1,5 +1,4 @@
 import Foundation
-import PinproxyCore
 import XCTest
 
 /// One sample as the Python `prometheus_client` text parser read it.

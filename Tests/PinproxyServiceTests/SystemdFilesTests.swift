@@ -1,6 +1,5 @@
 import Glibc
 import Foundation
-import PinproxyCore
 import XCTest
 
 /// The unit files and the install script, checked with the real tools.

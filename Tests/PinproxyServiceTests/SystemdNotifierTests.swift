@@ -1,6 +1,5 @@
 import Glibc
 import Foundation
-import PinproxyCore
 import XCTest
 import PinproxyInterop
 @testable import PinproxyService

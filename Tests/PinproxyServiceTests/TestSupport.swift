@@ -4,7 +4,6 @@ import Glibc
 // found through that module only, so every file that uses them imports it too.
 import CPinproxyShims
 import Foundation
-import PinproxyCore
 import XCTest
 import PinproxyInterop
 

@@ -89,10 +89,21 @@ public enum Admission {
         public let verdict: Verdict?
     }
 
+    /// Whether a rule under `config` reads who the client is (`[clients]`, a per-client
+    /// limit): the connection identifies its client only then.
+    public static func needsClientIdentity(_ config: Config) -> Bool {
+        !config.clients.isEmpty || countsClientTunnels(config)
+    }
+
+    /// Whether a rule under `config` reads `AdmissionRequest.clientTunnels`: the tunnels each
+    /// client holds are counted (from admission to close) only then.
+    public static func countsClientTunnels(_ config: Config) -> Bool {
+        config.proxy.maxTunnelsPerClient != nil
+    }
+
     /// The decision on `request` under `config` at `time`; `resolution` is the host's addresses
-    /// once `resolve` asked for them. `tunnelLimit` is `max_tunnels_per_client` (nil: unlimited).
-    public static func decide(_ request: AdmissionRequest, config: Config, tunnelLimit: Int?, at time: Date,
-                              resolution: [IPAddress]? = nil) -> Decision {
+    /// once `resolve` asked for them.
+    public static func decide(_ request: AdmissionRequest, config: Config, at time: Date, resolution: [IPAddress]? = nil) -> Decision {
         let entry = config.policies.lookup(request.host)
         let client = request.client.map { ClientPolicy.decide(host: request.host, identity: $0, rules: config.clients) } ?? .notApplied
         func refuse(_ reason: RefusalReason, _ detail: String, verdict: Verdict? = nil) -> Decision {
@@ -103,7 +114,7 @@ public enum Admission {
            let reason = verdict.reason {
             return refuse(reason, verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict)
         }
-        if let tunnelLimit, request.clientTunnels >= tunnelLimit {
+        if let tunnelLimit = config.proxy.maxTunnelsPerClient, request.clientTunnels >= tunnelLimit {
             let who = request.clientKey == .unknown ? "the unknown clients together hold" : "the client (\(request.clientKey)) holds"
             return refuse(.clientLimit, "\(who) \(request.clientTunnels) tunnel(s), and max_tunnels_per_client = \(tunnelLimit)")
         }

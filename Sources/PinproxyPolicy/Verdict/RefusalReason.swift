@@ -81,6 +81,50 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .upstreamTimeout:         return row(504, false, false, false, .connectionTimeout)
         }
     }
+
+    /// What an operator can do about a refusal for this reason, as the in-TLS refusal page says
+    /// it ("To change the policy: ..."); nil where nothing in the policy changes it. `host`,
+    /// `entry` and `config` come printable; `pinKind` is the entry's pin kind, if it pins.
+    public func advice(host: String, port: UInt16, entry: String, config: String, pinKind: String?) -> String? {
+        let apply = "then run `pinproxy check --config \(config)` and reload pinproxy (`systemctl reload pinproxy`, or `pinproxy reload --config \(config)`)."
+        switch self {
+        case .pinMismatch:
+            let kind = pinKind ?? "public-key"
+            return "if the server's new \(kind == "certificate" ? "certificate" : "key") is genuine (check it out of band), add its \(kind) pin from the list above to pins in \(entry) of \(config); \(apply)"
+        case .untrustedChain:
+            return "if this chain is genuine, list its root or intermediate in trust of \(entry) in \(config) (`pinproxy pin --connect \(host):\(port) --save-anchor FILE` writes it); \(apply)"
+        case .hostnameMismatch:
+            return "the certificate does not name \(host): the server must present one that does (validate_host = false in \(entry) accepts it, but then pins are all that protect it)."
+        case .certificateExpired, .certificateNotYetValid:
+            return "the server's certificate is outside its validity period (or this machine's clock is wrong): the server must renew it."
+        case .revoked, .revocationUnknown:
+            return "the server's certificate is revoked, or its revocation status is unknown: see revocation and crls in \(entry) of \(config)."
+        case .ctMissing:
+            return "the certificate chains to a root of the system store but lacks enough Signed Certificate Timestamps from the logs of ct_log_list in [proxy] of \(config): either it was never made public in Certificate Transparency logs, or the log list is missing its logs (replace it with a current one); ct in \(entry) sets the check; \(apply)"
+        case .tlsVersion:
+            return "the server does not offer the entry's min_tls: see min_tls in \(entry) of \(config)."
+        case .hostDenied:
+            return "add a [hosts.\"\(host)\"] entry to \(config) (or change its deny); \(apply)"
+        case .clientDenied:
+            return "a [clients] section of \(config) (named above) does not let this client reach \(host): add it to that section's allow, or take it out of its deny; \(apply)"
+        case .portDenied:
+            return "add \(port) to ports in \(entry), or to allow_ports in [proxy], of \(config); \(apply)"
+        case .destinationDenied:
+            return "\(host) resolves to a private address, which block_private_destinations = true in [proxy] of \(config) refuses."
+        case .destinationMismatch:
+            return "\(entry) has mode = \"tunnel\", which relays only connections bound to its name: the address the client went to must be one \(host) resolves to (for pinproxy: [resolve] in \(config), or DNS), and its ClientHello may not hide the name it is for (encrypted_client_hello)."
+        case .noSNI:
+            return "the client named no host (no SNI): add a [hosts.\"\(host)\"] entry for the address it connected to, in \(config); \(apply)"
+        case .captureLoop:
+            return "none here: either pinproxy's own connection was captured (run pinproxy as a user of exempt_users in [capture] of \(config), then `pinproxy egress apply`), or this connection was made straight to the transparent listener, which relays only connections the egress lock redirects to it."
+        case .clientLimit:
+            return "close some of this client's open tunnels, or raise max_tunnels_per_client in [proxy] of \(config); \(apply)"
+        case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
+            return "none needed: pinproxy could not reach \(host):\(port), which is not a policy decision."
+        case .customCheck, .cleartextDenied, .badRequest:
+            return nil
+        }
+    }
 }
 
 /// One reason's row of the table `RefusalReason.traits`.
