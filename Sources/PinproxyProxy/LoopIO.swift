@@ -1,8 +1,9 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
+import Synchronization
 
 /// The daemon's `ConnectionIO`: a worker's libevent loop, its resolver and client identifier,
 /// and the shared TLS contexts, local CA and session cache.

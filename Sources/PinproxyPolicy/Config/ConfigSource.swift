@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 
 /// What loading needs from a config's text that TOMLKit does not give: the limits that keep
 /// text toml++ would abort or overflow its stack on from ever reaching it (`refusal`), U+0000,
@@ -15,15 +16,14 @@ final class ConfigSource: @unchecked Sendable {
     /// The `[hosts."…"]` tables written with their own header.
     let hostKeys: HostKeys
     /// Every header and key line, built on first use (by whichever thread asks first).
-    private var builtLines: Lines?
-    private let linesLock = NSLock()
+    private let builtLines = Locked<Lines?>(nil)
     private var lines: Lines {
-        linesLock.lock()
-        defer { linesLock.unlock() }
-        if let builtLines { return builtLines }
-        let built = Lines(text)
-        builtLines = built
-        return built
+        builtLines.withLock { built in
+            if let built { return built }
+            let lines = Lines(text)
+            built = lines
+            return lines
+        }
     }
 
     private static let separator = "\u{1F}"

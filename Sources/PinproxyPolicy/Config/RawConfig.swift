@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 
 /// A config as written, after decoding and before its rules are checked and its files read:
 /// the output of `ConfigDecoder`, the input of `ConfigRules` and `PolicyFiles`.
@@ -129,7 +130,7 @@ func displayKeyPath(_ keyPath: [String]) -> String {
         if !key.isEmpty && key.utf8.allSatisfy(ConfigSource.isBareKeyByte) {
             result += key
         } else {
-            result += "\"" + key.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            result += "\"" + key.replacingEach(["\\": "\\\\", "\"": "\\\""]) + "\""
         }
     }
     return result

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 
@@ -349,7 +349,5 @@ public enum TrustEvaluator {
 
 /// `2026-01-31T12:00:00Z`.
 public func rfc3339(_ date: Date) -> String {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime]
-    return formatter.string(from: date)
+    date.formatted(.iso8601)
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Whether a connection an entry admits proves that the server is the host the client named.
 /// On the transparent listener the client chooses the address (its original destination) as
