@@ -10,6 +10,12 @@ let buildInfo: [CSetting] = ["PINPROXY_COMMIT", "PINPROXY_COMMIT_DATE"].map { na
     return .define(name, to: "\"\(value)\"")
 }
 
+// A module sees the members of the modules it imports itself, not of every module loaded
+// (SE-0444): a dependency that imports the full Foundation (TOMLKit does) would otherwise lend
+// its String extensions to every file, and the binary would link Foundation and its ICU data
+// (34 MB) through one `replacingOccurrences`. Sources import FoundationEssentials only.
+let sourceSettings: [SwiftSetting] = [.enableUpcomingFeature("MemberImportVisibility")]
+
 let package = Package(
     name: "pinproxy",
     products: [
@@ -62,21 +68,24 @@ let package = Package(
         // Interop's calls) and the reading of the bytes and texts the kernel gives (netlink
         // answers, /proc files): pure Swift, no C module, no I/O. Interop re-exports it.
         .target(
-            name: "PinproxyCore"
+            name: "PinproxyCore",
+            swiftSettings: sourceSettings
         ),
         // Every unsafe pointer and C call lives here: Swift types that own OpenSSL, libevent and
         // nghttp2 objects, and thin wrappers over sockets, files and processes. It decides
         // nothing: where a rule meets C (the chain check), Policy passes the rule in.
         .target(
             name: "PinproxyInterop",
-            dependencies: ["PinproxyCore", "COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims", "CPinproxyBuild"]
+            dependencies: ["PinproxyCore", "COpenSSL", "CLibevent", "CNghttp2", "CPinproxyShims", "CPinproxyBuild"],
+            swiftSettings: sourceSettings
         ),
         // Every decision: the pure trust verdict (with the chain-building rules OpenSSL is asked
         // to follow), the special-purpose address table, ALPN agreement, and the config loader.
         // No sockets.
         .target(
             name: "PinproxyPolicy",
-            dependencies: ["PinproxyCore", "PinproxyInterop", "TOMLKit"]
+            dependencies: ["PinproxyCore", "PinproxyInterop", "TOMLKit"],
+            swiftSettings: sourceSettings
         ),
         // The daemon: accept, parse CONNECT, resolve, connect, upstream TLS, intercept, relay.
         .target(
@@ -84,7 +93,8 @@ let package = Package(
             dependencies: [
                 "PinproxyCore", "PinproxyPolicy", "PinproxyInterop", "PinproxyService",
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            swiftSettings: sourceSettings
         ),
         // Running as a service: systemd (notify, socket activation, the journal), the admin
         // HTTP server's pages, metrics and pin-failure reports.
@@ -96,7 +106,8 @@ let package = Package(
                 // Linked through Prometheus anyway; named so that their pins above apply.
                 .product(name: "Atomics", package: "swift-atomics"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
-            ]
+            ],
+            swiftSettings: sourceSettings
         ),
         // The command line: run (the daemon), check, evaluate, pin, diagnose, ca, egress, ...
         .executableTarget(
@@ -104,7 +115,8 @@ let package = Package(
             dependencies: [
                 "PinproxyCore", "PinproxyPolicy", "PinproxyProxy", "PinproxyInterop",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            swiftSettings: sourceSettings
         ),
         // XCTest unit tests, one target per module (Tests/e2e holds the end-to-end tests).
         .testTarget(

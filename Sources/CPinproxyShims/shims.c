@@ -69,6 +69,7 @@ int pp_pidfd_open(pid_t pid) {
 
 int pp_SO_ORIGINAL_DST(void) { return SO_ORIGINAL_DST; }
 int pp_IP6T_SO_ORIGINAL_DST(void) { return IP6T_SO_ORIGINAL_DST; }
+void pp_set_thread_name(const char *name) { (void)prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
 
 int pp_sk_SCT_num(const STACK_OF(SCT) *stack) { return sk_SCT_num(stack); }
 SCT *pp_sk_SCT_value(const STACK_OF(SCT) *stack, int index) { return sk_SCT_value(stack, index); }

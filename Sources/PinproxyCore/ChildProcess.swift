@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Runs one external command to completion, blocking the calling thread: for `verify_command`,
 /// on a thread of its own, never on an event loop. The child gets `input` on stdin, a given
@@ -23,7 +23,7 @@ public enum ChildProcess {
     /// having written `stderr`.
     package static func outcome(_ status: Int32?, timedOut: Bool, stderr: [UInt8]) -> Outcome {
         let line = String(decoding: stderr.prefix { $0 != UInt8(ascii: "\n") }.prefix(512), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+            .trimmingWhitespace()
         guard let status else { return Outcome(exitStatus: nil, signal: nil, timedOut: timedOut, firstErrorLine: line.isEmpty ? nil : line) }
         let exited = status & 0x7f == 0
         return Outcome(exitStatus: exited ? (status >> 8) & 0xff : nil, signal: exited ? nil : status & 0x7f,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// When a blocking exchange must be over, on the monotonic clock. Every wait in the exchange
 /// gets only the time left, so no step (a slow connect, a handshake that trickles in a byte at
@@ -39,5 +39,5 @@ public struct TimedOut: Error, Sendable, CustomStringConvertible {
     /// The deadline's whole allowance.
     public let seconds: TimeInterval
 
-    public var description: String { "\(operation) timed out after \(String(format: "%g", seconds)) s" }
+    public var description: String { "\(operation) timed out after \(seconds.secondsText) s" }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A file path as the bytes the kernel sees. A directory entry whose name is not UTF-8 keeps
 /// its exact bytes, so that it can still be opened; it is shown with `\xNN` for each byte
@@ -34,7 +34,7 @@ public struct FilePathBytes: Hashable, Sendable, CustomStringConvertible {
                 result.unicodeScalars.append(scalar)
                 rest = rest.dropFirst(String(scalar).utf8.count)
             case .error, .emptyInput:
-                result += String(format: "\\x%02X", rest.first!)  // rest is not empty: never nil
+                result += "\\x" + rest.first!.hex(digits: 2, uppercase: true)  // rest is not empty: never nil
                 rest = rest.dropFirst()
             }
         }

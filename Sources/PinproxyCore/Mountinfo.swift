@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The text of /proc/self/mountinfo, read (`CgroupTree` reads the file).
 public enum Mountinfo {
@@ -6,7 +6,7 @@ public enum Mountinfo {
     public static func cgroup2MountPoint(in text: String) -> String? {
         for line in text.split(separator: "\n") {
             // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPEROPTIONS
-            guard let separator = line.range(of: " - ") else { continue }
+            guard let separator = line.firstRange(of: " - ") else { continue }
             guard line[separator.upperBound...].hasPrefix("cgroup2 ") else { continue }
             let fields = line[..<separator.lowerBound].split(separator: " ")
             if fields.count >= 5 { return unescape(fields[4]) }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// `2026-01-31T12:00:00Z`: `date` in UTC, to the second (truncated).
 public func rfc3339(_ date: Date) -> String {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Where a Signed Certificate Timestamp came from.
 public enum SCTSource: String, Sendable, Hashable, CaseIterable {

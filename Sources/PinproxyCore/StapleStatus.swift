@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What a stapled OCSP response says about a certificate.
 public enum StapleStatus: Sendable, Equatable {

@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 
 /// A file this process appends to, opened only when it is what it claims to be: a regular file
 /// owned by this process's user, with one link. A symbolic link at the path is not followed,

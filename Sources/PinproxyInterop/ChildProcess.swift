@@ -1,6 +1,6 @@
 import CPinproxyShims
 import Glibc
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 
 extension ChildProcess {
@@ -36,7 +36,7 @@ extension ChildProcess {
         case failed
     }
 
-    private static let spawnLock = NSLock()
+    private static let spawnLock = Locked(())
 
     /// Most bytes of stderr kept.
     static let stderrLimit = 4096
@@ -74,8 +74,10 @@ extension ChildProcess {
     private static func spawn(_ arguments: [String], environment: [String: String]) throws -> Child {
         // Pipes are made close-on-exec under the lock every spawn takes, so that no child
         // started by another thread inherits them.
-        spawnLock.lock()
-        defer { spawnLock.unlock() }
+        try spawnLock.withLock { _ in try spawnLocked(arguments, environment: environment) }
+    }
+
+    private static func spawnLocked(_ arguments: [String], environment: [String: String]) throws -> Child {
         var stdinPipe: [Int32] = [-1, -1]
         var stderrPipe: [Int32] = [-1, -1]
         guard pipe(&stdinPipe) == 0 else { throw SystemError("pipe", errno) }

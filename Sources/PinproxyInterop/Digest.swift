@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 import COpenSSL
 
 /// SHA-256 through OpenSSL's EVP interface.

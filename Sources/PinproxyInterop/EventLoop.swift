@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 import COpenSSL
 import CLibevent
 import CPinproxyShims
@@ -12,8 +12,7 @@ public final class EventLoop: @unchecked Sendable {
     let base: OpaquePointer
     /// The event `post` activates; nil only while `init` fails.
     private var wakeup: OpaquePointer?
-    private let pendingLock = NSLock()
-    private var pending: [() -> Void] = []
+    private let pending = Locked<[() -> Void]>([])
     private var scratch: UnsafeMutableRawPointer?
     /// The peer certificates this loop's upstream connections presented (`PeerCertificates`).
     let peerCertificates = PeerCertificates()
@@ -64,7 +63,7 @@ public final class EventLoop: @unchecked Sendable {
         // Work posted before the stop still runs: closes hand their last frees (an SSL, a
         // socket) to the loop's next pass, which must come even when it is the last.
         for _ in 0..<8 {
-            let empty = pendingLock.withLock { pending.isEmpty }
+            let empty = pending.withLock { $0.isEmpty }
             if empty { break }
             runPending()
         }
@@ -78,17 +77,15 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Runs `work` on this loop's thread; safe from any thread.
     public func post(_ work: @escaping @Sendable () -> Void) {
-        pendingLock.lock()
-        pending.append(work)
-        pendingLock.unlock()
+        pending.withLock { $0.append(work) }
         if let wakeup { event_active(wakeup, EV_READ, 0) }
     }
 
     private func runPending() {
-        pendingLock.lock()
-        let work = pending
-        pending.removeAll()
-        pendingLock.unlock()
+        let work = pending.withLock { queued in
+            defer { queued.removeAll() }
+            return queued
+        }
         for item in work { item() }
     }
 

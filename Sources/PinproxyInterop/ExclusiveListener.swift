@@ -1,6 +1,6 @@
 import Glibc
 import CPinproxyShims  // owns SOCK_STREAM once a compile job has loaded it (see Descriptor.swift)
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 
 /// A listening TCP socket bound without `SO_REUSEPORT`: while it listens, no other socket can

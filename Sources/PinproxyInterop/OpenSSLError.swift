@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 import COpenSSL
 import CPinproxyShims
 import PinproxyCore

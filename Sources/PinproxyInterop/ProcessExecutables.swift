@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 import Glibc
 
 /// Which program holds a socket, read from /proc: the process whose descriptors include
@@ -38,7 +39,7 @@ public enum ProcessExecutables {
     public static func hasEffectiveCapability(_ bit: Int) -> Bool {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
-              let mask = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
+              let mask = UInt64(line.dropFirst("CapEff:".count).trimmingWhitespace(), radix: 16) else { return false }
         return mask & (1 << UInt64(bit)) != 0
     }
 

@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 
 /// The process's open-file limit and a monotonic clock.
 public enum ProcessLimits {

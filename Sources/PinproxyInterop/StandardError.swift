@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 
 /// Writes log lines to file descriptor 2 with write(2): one call per line (retried on EINTR
 /// and short writes). A closed or broken stderr loses the line instead of killing the

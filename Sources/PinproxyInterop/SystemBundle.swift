@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import COpenSSL
 
@@ -39,8 +39,8 @@ extension TrustStore {
             let parts = name.split(separator: ".")
             return parts.count == 2 && parts[0].count == 8 && parts[0].allSatisfy(\.isHexDigit) && parts[1].allSatisfy(\.isNumber)
         }
-        var isDirectory: ObjCBool = false
-        let exists = FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) && isDirectory.boolValue
+        var status = stat()
+        let exists = stat(directory, &status) == 0 && status.st_mode & S_IFMT == S_IFDIR
         return SystemStoreContents(location: directory, exists: exists, certificates: hashed.count)
     }
 }

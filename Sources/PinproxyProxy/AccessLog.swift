@@ -1,4 +1,5 @@
-import Foundation
+import Glibc
+import FoundationEssentials
 import PinproxyCore
 import Logging
 import PinproxyInterop
@@ -294,7 +295,7 @@ enum LineFormat {
                 // to start a new log line or disguise one.
                 switch scalar.properties.generalCategory {
                 case .control, .lineSeparator, .paragraphSeparator, .format:
-                    for unit in String(scalar).utf16 { result += String(format: "\\u%04x", unit) }
+                    for unit in String(scalar).utf16 { result += "\\u" + unit.hex(digits: 4) }
                 default:
                     result.unicodeScalars.append(scalar)
                 }

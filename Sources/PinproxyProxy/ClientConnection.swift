@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 import Logging
 import PinproxyCore
 import PinproxyInterop

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import Logging
 import PinproxyInterop
@@ -141,7 +141,7 @@ struct ConnectionRecord {
             return (level, fields, certificates)
         case .tunnelClosed(let end):
             fields += [(.alpn, end.alpn?.description ?? "-"), (.bytesUp, String(end.bytesUp)), (.bytesDown, String(end.bytesDown)),
-                       (.duration, String(format: "%.3f", end.duration)), (.detail, end.why)]
+                       (.duration, end.duration.fixed(places: 3)), (.detail, end.why)]
             return (.info, fields, nil)
         }
     }

@@ -1,5 +1,5 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -72,7 +72,7 @@ public final class CustomChecks: Sendable {
                client: ClientIdentity?, timeout: TimeInterval, cacheSeconds: TimeInterval, on loop: EventLoop,
                done: @escaping (CustomCheckResult) -> Void) {
         let done = OnLoop(done)
-        let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let name = host.description.trimmingBrackets()
         let key = Key(entry: entry, host: name, port: port, command: command, chain: chain.map(\.certificateSHA256),
                       client: Self.environment(for: client))
         let now = ProcessLimits.monotonicSeconds()

@@ -1,8 +1,12 @@
-import Foundation
+import Dispatch
+import Glibc
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
+import Logging
+import Synchronization
 
 /// `pinproxy run`: starts one worker per core, then waits on the control loop for signals.
 /// SIGHUP reloads the config (a bad one is logged and the old policy stays); SIGTERM and

@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyService
 
 extension ClientConnection {
     /// Evaluate: the verdict on what the server presented (`judge`), once the handshake is done.

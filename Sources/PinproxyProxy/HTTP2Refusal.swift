@@ -1,4 +1,5 @@
 import PinproxyInterop
+import PinproxyCore
 
 /// The in-TLS refusal for a client that chose h2 (`InTLSRefusal`): the refusal's status and
 /// text page on the client's first stream, or, for a gRPC request (`content-type:

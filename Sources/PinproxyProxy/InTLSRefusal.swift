@@ -1,8 +1,9 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
+import Logging
 
 /// `refusal = "in-tls"`: a refusal delivered inside the client's TLS, for clients that print
 /// only a CONNECT status (curl, git). It answers 200, completes the client's TLS with a leaf

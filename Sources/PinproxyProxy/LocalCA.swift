@@ -1,4 +1,5 @@
-import Foundation
+import Glibc
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -48,7 +49,7 @@ public final class LocalCA: Sendable {
         // StateDirectory= would, whatever HOME they inherited (`sudo -u`, setpriv, su keep root's).
         if CurrentProcess.userID < firstRegularUID { return "/var/lib/pinproxy" }
         if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") { return xdg + "/pinproxy" }
-        return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state/pinproxy"
+        return (environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path) + "/.local/state/pinproxy"
     }
 
     /// Opens the CA in `directory`, creating the directory, key and certificate if absent.

@@ -1,9 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
+import Synchronization
 
 /// The daemon's `ConnectionIO`: a worker's libevent loop, its resolver and client identifier,
 /// and the shared TLS contexts, local CA and session cache.

@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
+import Logging
 
 extension ClientConnection {
     /// Intercept, first: after the 200, read the client's ClientHello (it stays buffered for the real

@@ -1,8 +1,9 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
+import Logging
 
 /// A `mode = "tunnel"` connection once its upstream is connected: the plain upstream socket,
 /// where it goes, and the relay's counters.

@@ -1,6 +1,8 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
+import PinproxyPolicy
+import PinproxyService
 
 extension ClientConnection {
     /// A direction of the tunnel: up is client to upstream.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 
 /// What the daemon found on one SIGHUP: whether the new config replaced the old one, its

@@ -1,4 +1,5 @@
 import PinproxyInterop
+import PinproxyCore
 
 /// The relay of an open tunnel: pinproxy moves application data between the client's TLS
 /// connection and the upstream's itself, with one libevent event per socket and direction.

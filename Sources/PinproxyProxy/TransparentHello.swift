@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
+import Logging
 
 extension ClientConnection {
     /// The transparent listener's ClientHello (after accept on `transparent_listen`): the client sent no CONNECT,

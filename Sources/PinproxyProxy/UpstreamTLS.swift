@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
+import Logging
 
 extension ClientConnection {
     /// Upstream TLS: the upstream TLS handshake within `handshake_timeout`: SNI = host (none for IP

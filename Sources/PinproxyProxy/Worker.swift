@@ -1,10 +1,11 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyService
 import Synchronization
+import Logging
 
 /// State every worker shares: the policy snapshot, the local CA, the TLS contexts, the log
 /// and the connection counters. Everything here is safe to use from any loop.
@@ -176,13 +177,11 @@ final class Worker: @unchecked Sendable {
 
     /// Runs the loop on a new thread.
     func start(name: String) {
-        let thread = Thread { [loop, finished] in
+        NamedThread.start(name: name) { [loop, finished] in
             loop.run()
             OpenSSLLifetime.endThread()
             finished.signal()
         }
-        thread.name = name
-        thread.start()
     }
 
     /// Waits until the loop's thread has returned (after `stop`), at most `timeout` seconds.

@@ -1,6 +1,7 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyCore
 
 extension AdminHTTPServer {
     /// Listens on a config address (`proxy.metrics_listen`) on `loop`.

@@ -1,4 +1,5 @@
-import Foundation
+import Glibc
+import FoundationEssentials
 import PinproxyInterop
 
 /// Whether a descriptor is connected to journald's stream socket.
@@ -33,6 +34,6 @@ public enum JournalStream {
     public static func stderrIsJournal(
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) -> Bool {
-        matches(environment["JOURNAL_STREAM"], fd: FileHandle.standardError.fileDescriptor)
+        matches(environment["JOURNAL_STREAM"], fd: STDERR_FILENO)
     }
 }

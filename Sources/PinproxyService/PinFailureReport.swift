@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyCore
 
 /// A pin-failure report: the fields of RFC 7469 §3 (HPKP's report-uri format) plus pinproxy's
 /// reason, entry, detail and whether the connection was refused or only reported.
@@ -14,31 +15,33 @@ public enum PinFailureReport {
             let value = pin.description.dropFirst("sha256/".count)
             return policy.pinKind == .certificate ? "cert-sha256=\"\(value)\"" : "pin-sha256=\"\(value)\""
         }
-        var object: [String: Any] = [
-            "date-time": rfc3339(time),
-            "hostname": host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
-            "port": Int(port),
-            "effective-expiration-date": policy.pinsExpireAt.map(rfc3339) ?? NSNull(),
-            "include-subdomains": policy.includeSubdomains,
-            "noted-hostname": verdict.entry.pattern?.description ?? "",
-            "served-certificate-chain": verdict.presented.map(\.pem),
-            "validated-certificate-chain": verdict.verified.map(\.pem),
-            "known-pins": knownPins,
-            "pinproxy-reason": verdict.reason?.rawValue ?? "",
-            "pinproxy-entry": verdict.entry.name,
-            "pinproxy-enforced": !verdict.allowsConnection,
-            "pinproxy-detail": verdict.failures.map(\.description).joined(separator: "; "),
+        var object: [String: JSONValue] = [
+            "date-time": .string(rfc3339(time)),
+            "hostname": .string(host.description.trimmingBrackets()),
+            "port": .integer(Int64(port)),
+            "effective-expiration-date": policy.pinsExpireAt.map { .string(rfc3339($0)) } ?? .null,
+            "include-subdomains": .bool(policy.includeSubdomains),
+            "noted-hostname": .string(verdict.entry.pattern?.description ?? ""),
+            "served-certificate-chain": .array(verdict.presented.map { .string($0.pem) }),
+            "validated-certificate-chain": .array(verdict.verified.map { .string($0.pem) }),
+            "known-pins": .array(knownPins.map(JSONValue.string)),
+            "pinproxy-reason": .string(verdict.reason?.rawValue ?? ""),
+            "pinproxy-entry": .string(verdict.entry.name),
+            "pinproxy-enforced": .bool(!verdict.allowsConnection),
+            "pinproxy-detail": .string(verdict.failures.map(\.description).joined(separator: "; ")),
         ]
         switch client {
         case .local(let local), .partlyKnown(let local, _):
-            object["pinproxy-client"] = ["uid": Int(local.uid), "user": local.user as Any, "unit": local.unit as Any, "exe": local.exe as Any]
-                .compactMapValues { $0 is String || $0 is Int ? $0 : nil }
-        case .unknown: object["pinproxy-client"] = "unknown"
-        case .remote: object["pinproxy-client"] = "remote"
-        case .forwarded(let address): object["pinproxy-client"] = ["forwarded": address.description]
+            object["pinproxy-client"] = .object(["uid": .integer(Int64(local.uid)), "user": local.user.map(JSONValue.string),
+                                                 "unit": local.unit.map(JSONValue.string), "exe": local.exe.map(JSONValue.string)]
+                .compactMapValues { $0 })
+        case .unknown: object["pinproxy-client"] = .string("unknown")
+        case .remote: object["pinproxy-client"] = .string("remote")
+        case .forwarded(let address): object["pinproxy-client"] = .object(["forwarded": .string(address.description)])
         case nil: break
         }
-        guard JSONSerialization.isValidJSONObject(object) else { return nil }
-        return try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try? encoder.encode(JSONValue.object(object))
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -68,7 +68,7 @@ public final class PinFailureReporter: Sendable {
     /// `make` runs only when the rate limits admit the report; one it cannot make (nil) is
     /// dropped and logged, never sent empty.
     public func submit(host: TargetHost, port: UInt16, report make: () -> Data?) {
-        let name = host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let name = host.description.trimmingBrackets()
         let overall = limits().perMinute
         let allowed = limiter.withLock {
             $0.admit(name, perHost: perHostPerMinute, overall: overall, now: ProcessLimits.monotonicSeconds())

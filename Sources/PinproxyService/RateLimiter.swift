@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// At most `perHost` admissions per host and `overall` for all hosts together per minute (fixed
 /// one-minute windows). A host refused by either limit uses up neither.

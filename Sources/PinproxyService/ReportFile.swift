@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// A `file:` destination as its thread sees it: the file open now (see `AppendOnlyFile` for

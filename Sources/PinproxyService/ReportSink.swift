@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -47,12 +48,10 @@ final class ReportSink: @unchecked Sendable {
         self.checkCollector = checkCollector
         self.resolve = resolve
         self.log = log
-        let thread = Thread { [self] in
+        NamedThread.start(name: "pinproxy-reports") { [self] in
             self.run()
             OpenSSLLifetime.endThread()
         }
-        thread.name = "pinproxy-reports"
-        thread.start()
         // A file is opened at start, so that a path that is refused is logged at once.
         if case .file = destination { reopen() }
     }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// A syslog priority (RFC 5424 severity), as journald reads it from a `<N>` line prefix.

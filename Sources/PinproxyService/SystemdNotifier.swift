@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// Tells systemd how the daemon is doing (`sd_notify(3)`, spoken directly, no libsystemd).

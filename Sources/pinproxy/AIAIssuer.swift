@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -33,7 +33,7 @@ struct AIAIssuer {
             throw Unfetched(description: "only a plain http:// URL is fetched")
         }
         guard deadline.remaining > 0 else { throw DiagnoseCommand.NotTried(seconds: deadline.seconds) }
-        let host = named.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let host = named.trimmingBrackets()
         guard let port = UInt16(exactly: components.port ?? 80), port > 0 else { throw Unfetched(description: "no valid port") }
         let literal = host.contains(":") ? "[\(host)]" : host
         let path = (components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath)

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyProxy
@@ -86,7 +86,7 @@ struct CACommand: ParsableCommand {
         do {
             try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
         } catch {
-            printError("pinproxy ca --bundle: cannot write \(path): \(error.localizedDescription)")
+            printError("pinproxy ca --bundle: cannot write \(path): \(systemMessage(of: error))")
             throw ExitCode(1)
         }
         print(path)

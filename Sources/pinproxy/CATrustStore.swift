@@ -1,6 +1,7 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
+import PinproxyCore
 
 /// The system trust store, as Debian's `update-ca-certificates` keeps it: `pinproxy ca --install`
 /// puts the local CA there, so that clients which use the system store (curl, wget, git,
@@ -17,7 +18,7 @@ enum CATrustStore {
             try Data(ca.pem.utf8).write(to: URL(fileURLWithPath: installedPath), options: .atomic)
             try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: installedPath)
         } catch {
-            printError("pinproxy ca --install: cannot write \(installedPath): \(error.localizedDescription) (run as root)")
+            printError("pinproxy ca --install: cannot write \(installedPath): \(systemMessage(of: error)) (run as root)")
             throw ExitCode(1)
         }
         try update([])
@@ -41,7 +42,7 @@ enum CATrustStore {
             do {
                 try FileManager.default.removeItem(atPath: installedPath)
             } catch {
-                printError("pinproxy ca --uninstall: cannot remove \(installedPath): \(error.localizedDescription) (run as root)")
+                printError("pinproxy ca --uninstall: cannot remove \(installedPath): \(systemMessage(of: error)) (run as root)")
                 throw ExitCode(1)
             }
         }
@@ -55,7 +56,7 @@ enum CATrustStore {
         }
         let result = try runChild(tool, arguments, input: "")
         guard result.status == 0 else {
-            printError("pinproxy ca: update-ca-certificates \(arguments.joined(separator: " ")) failed (exit \(result.status)): \(result.error.trimmingCharacters(in: .whitespacesAndNewlines))")
+            printError("pinproxy ca: update-ca-certificates \(arguments.joined(separator: " ")) failed (exit \(result.status)): \(result.error.trimmingWhitespace())")
             throw ExitCode(1)
         }
     }

@@ -1,5 +1,7 @@
+import Glibc
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 import PinproxyInterop
 
 /// `pinproxy check --as USER`: the same check, run by a child process as the service would
@@ -17,7 +19,7 @@ struct CheckAsUser {
     /// Whether systemd is the service manager here (`sd_booted()`'s test).
     static var systemdRuns: Bool { FileManager.default.fileExists(atPath: "/run/systemd/system") }
 
-    /// Runs the check as `user` and exits with its status; the child's output is this command's.
+    /// Runs the check as `user`: this process becomes the command, so its output and exit status are this command's.
     func run() throws -> Never {
         let ids: UserDatabase.IDs
         switch UserDatabase.ids(ofUser: user) {
@@ -45,17 +47,11 @@ struct CheckAsUser {
             printError("pinproxy check: as user \(user) (uid \(ids.uid), gid \(ids.gid)); systemd does not run here, so the unit's path restrictions (\(Self.unitProperties.joined(separator: ", "))) are not applied")
             command = ["setpriv", "--reuid=\(ids.uid)", "--regid=\(ids.gid)", "--init-groups", "--"] + check
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = command
         do {
-            try process.run()
+            try CurrentProcess.replace(with: command)
         } catch {
-            printError("pinproxy check --as \(user): cannot run \(command[0]): \(error.localizedDescription)")
+            printError("pinproxy check --as \(user): \(error)")
             throw ExitCode(2)
         }
-        process.waitUntilExit()
-        fflush(nil)
-        Foundation.exit(process.terminationReason == .exit ? process.terminationStatus : 2)
     }
 }

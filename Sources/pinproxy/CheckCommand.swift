@@ -1,8 +1,10 @@
+import Glibc
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyProxy
+import PinproxyCore
 
 /// `pinproxy check`: runs the daemon's loader on a config and prints a one-screen summary.
 struct CheckCommand: ParsableCommand {
@@ -57,7 +59,7 @@ struct CheckCommand: ParsableCommand {
         print("hosts: \(entries.count) entr\(entries.count == 1 ? "y" : "ies"), \(pinned) pinned with \(pins) pins, \(denied) denied, \(insecure) allow-insecure, \(reportOnly) report-only, \(tunnels) tunnel")
         for entry in entries.prefix(Self.listedEntries) {
             let pattern = entry.pattern?.description ?? "default"
-            print("  \(pattern.padding(toLength: max(pattern.count, 32), withPad: " ", startingAt: 0)) \(Self.describe(entry.policy))")
+            print("  \(pattern.padded(to: 32)) \(Self.describe(entry.policy))")
         }
         if entries.count > Self.listedEntries { print("  ... and \(entries.count - Self.listedEntries) more") }
         if !config.clients.isEmpty {
@@ -68,7 +70,7 @@ struct CheckCommand: ParsableCommand {
         for warning in warnings { print(warning) }
         // The process ends here: skip freeing a table that may hold 100,000 entries.
         fflush(nil)
-        Foundation.exit(0)
+        Glibc.exit(0)
     }
 
     /// The anchors a trust setting verifies to: `system`, `system + CN=Corp Root`, `CN=Root A`.

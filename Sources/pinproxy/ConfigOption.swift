@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyPolicy
 
 /// Which config a command reads: the file `--config` names; `--config -`, the built-in default;

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 import PinproxyPolicy
 
 /// Reads pinproxy's decision lines (logfmt or JSON, as the daemon writes them, with or
@@ -41,21 +42,18 @@ enum DecisionLogReader {
     /// A JSON line: `presented_chain` and `verified_chain` are arrays of `{"subject", "spki"}`,
     /// `verified_pins` an array of pins; an older line has a `chain` text instead.
     static func jsonDecision(_ line: Substring) -> Decision? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
-        var fields: [String: String] = [:]
-        for (key, value) in object {
-            if let text = value as? String { fields[key] = text } else if !(value is [Any]) { fields[key] = "\(value)" }
-        }
+        guard let object = (try? JSONDecoder().decode(JSONValue.self, from: Data(line.utf8)))?.object else { return nil }
+        let fields = object.compactMapValues(\.scalarText)
         func certificates(_ key: String) -> [(subject: String, pin: Pin)]? {
-            guard let elements = object[key] as? [Any] else { return nil }
-            return elements.compactMap { element in
-                guard let certificate = element as? [String: Any], let subject = certificate["subject"] as? String,
-                      let spki = certificate["spki"] as? String, let pin = Pin(spki) else { return nil }
+            guard let elements = object[key]?.array else { return nil }
+            return elements.compactMap { certificate in
+                guard let subject = certificate["subject"]?.string, let spki = certificate["spki"]?.string,
+                      let pin = Pin(spki) else { return nil }
                 return (subject, pin)
             }
         }
         let presented = certificates("presented_chain") ?? fields["chain"].map(parseChain) ?? []
-        let verified = (object["verified_pins"] as? [Any]).map { $0.map { ($0 as? String).flatMap(Pin.init) } }
+        let verified = object["verified_pins"]?.array.map { $0.map { $0.string.flatMap(Pin.init) } }
         return decision(fields, presented: presented, verifiedPins: verified, verifiedChain: certificates("verified_chain") ?? [])
     }
 
@@ -83,7 +81,7 @@ enum DecisionLogReader {
     static func parseChain(_ text: String) -> [(subject: String, pin: Pin)] {
         var result: [(String, Pin)] = []
         var rest = Substring(text)
-        while let marker = rest.range(of: " sha256/") {
+        while let marker = rest.firstRange(of: " sha256/") {
             let pinEnd = rest.index(marker.upperBound, offsetBy: 44, limitedBy: rest.endIndex) ?? rest.endIndex
             let pinText = rest[rest.index(after: marker.lowerBound)..<pinEnd]
             let subject = rest[..<marker.lowerBound]
@@ -129,7 +127,7 @@ enum DecisionLogReader {
                         scalars = scalars.dropFirst(4)
                         // Escaped controls and format characters are kept escaped: a suggestion
                         // never needs them, and they must not reach a comment as real characters.
-                        value.append(contentsOf: String(format: "\\u%04x", unit).unicodeScalars)
+                        value.append(contentsOf: ("\\u" + unit.hex(digits: 4)).unicodeScalars)
                     default: value.append(escaped)
                     }
                 }

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -130,7 +130,7 @@ struct DiagnoseCommand: ParsableCommand {
     /// The address to connect to: `--connect-to`, else the config's `[resolve]`, else HOST.
     func destination(host: TargetHost, port: UInt16, config: Config) throws -> (String, UInt16) {
         if let connectTo {
-            if let address = IPAddress(connectTo.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
+            if let address = IPAddress(connectTo.trimmingBrackets()) {
                 return (address.description, port)
             }
             guard let (target, connectPort) = PinCommand.splitHostPort(connectTo) else {
@@ -192,7 +192,7 @@ struct DiagnoseCommand: ParsableCommand {
             return found.sorted { $0.reason < $1.reason }.map(\.description).joined(separator: "; ")
         }
         func line(_ check: String, _ state: String, _ text: String) {
-            print("  \(check.padding(toLength: 11, withPad: " ", startingAt: 0)) \(state.padding(toLength: 11, withPad: " ", startingAt: 0)) \(text)")
+            print("  \(check.padded(to: 11)) \(state.padded(to: 11)) \(text)")
         }
         if let path = config.path {
             print("policy: entry \(entry.name)" + (entry.line > 0 ? " (line \(entry.line))" : "") + " of \(path)")
@@ -268,7 +268,7 @@ struct DiagnoseCommand: ParsableCommand {
     }
 
     static func bare(_ host: TargetHost) -> String {
-        host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        host.description.trimmingBrackets()
     }
 
     static func literal(_ address: String) -> String {
@@ -278,7 +278,7 @@ struct DiagnoseCommand: ParsableCommand {
     /// A probe not made: the ones before it used up the `--timeout`.
     struct NotTried: Error, CustomStringConvertible {
         let seconds: Double
-        var description: String { "the --timeout of \(String(format: "%g", seconds)) s was used up" }
+        var description: String { "the --timeout of \(seconds.secondsText) s was used up" }
     }
 
     /// Whether `error` is the `--timeout` running out, connecting or in the handshake.

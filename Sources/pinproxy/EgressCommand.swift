@@ -1,5 +1,6 @@
+import Glibc
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -46,7 +47,7 @@ struct EgressCommand: ParsableCommand {
             let ruleset = try EgressCommand.ruleset(options)
             let sysctl = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
             guard let text = try? String(contentsOfFile: sysctl, encoding: .utf8),
-                  let start = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+                  let start = Int(text.trimmingWhitespace()) else {
                 printError("pinproxy egress: cannot read \(sysctl): cannot tell whether the transparent port is privileged")
                 throw ExitCode(1)
             }
@@ -169,7 +170,7 @@ enum Nft {
     static func load(_ text: String, doing what: String) throws {
         let result = try run(["-f", "-"], input: text)
         guard result.status == 0 else {
-            printError("pinproxy egress: cannot \(what): nft: \(result.error.trimmingCharacters(in: .whitespacesAndNewlines))")
+            printError("pinproxy egress: cannot \(what): nft: \(result.error.trimmingWhitespace())")
             throw ExitCode(1)
         }
     }
@@ -179,7 +180,7 @@ enum Nft {
         let result = try run((json ? ["-j"] : []) + ["list", "table", EgressRuleset.table], input: "")
         if result.status == 0 { return result.output }
         if result.error.contains("No such file or directory") { return nil }
-        printError("pinproxy egress: cannot read the table \(EgressRuleset.table): nft: \(result.error.trimmingCharacters(in: .whitespacesAndNewlines))")
+        printError("pinproxy egress: cannot read the table \(EgressRuleset.table): nft: \(result.error.trimmingWhitespace())")
         throw ExitCode(1)
     }
 
@@ -196,7 +197,7 @@ enum Nft {
         let script = #""$0" -f - >/dev/null && exec "$0" -j list table \#(EgressRuleset.table)"#
         let result = try runChild(unshare, ["--net", "--", "/bin/sh", "-c", script, nft], input: text)
         guard result.status == 0 else {
-            printError("pinproxy egress: cannot load the generated ruleset in a throwaway network namespace (run as root): \(result.error.trimmingCharacters(in: .whitespacesAndNewlines))")
+            printError("pinproxy egress: cannot load the generated ruleset in a throwaway network namespace (run as root): \(result.error.trimmingWhitespace())")
             throw ExitCode(1)
         }
         return result.output

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -88,7 +88,7 @@ struct EvaluateCommand: ParsableCommand {
         if TrustEvaluator.needsCustomCheck(verdict), let command = entry.policy.verifyCommand {
             // As the daemon does: the verified chain on stdin, after the built-in checks passed,
             // and the client (with --client) in its environment.
-            let check = CustomChecks.run(command, host: target.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
+            let check = CustomChecks.run(command, host: target.description.trimmingBrackets(),
                                          port: UInt16(port), client: CustomChecks.environment(for: loaded.clients.isEmpty ? nil : identity),
                                          input: Array(verdict.verified.map(\.pem).joined().utf8), timeout: loaded.proxy.verifyCommandTimeout)
             verdict = TrustEvaluator.adding(check, to: verdict)
@@ -153,16 +153,9 @@ struct EvaluateCommand: ParsableCommand {
 
     /// An RFC 3339 time, or a date alone (`2046-01-01`: its first instant, UTC).
     static func parseRFC3339(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        if text.count == 10 {
-            formatter.formatOptions = [.withFullDate]
-            formatter.timeZone = TimeZone(identifier: "UTC")
-            return formatter.date(from: text)
-        }
-        formatter.formatOptions = [.withInternetDateTime]
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.date(from: text)
+        if text.count == 10 { return try? Date.ISO8601FormatStyle().year().month().day().parse(text) }
+        if let date = try? Date.ISO8601FormatStyle().parse(text) { return date }
+        return try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)
     }
 }
 

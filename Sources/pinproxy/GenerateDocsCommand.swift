@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
 
@@ -23,7 +23,7 @@ struct GenerateDocsCommand: ParsableCommand {
 
     func run() throws {
         if let date = manPage {
-            FileHandle.standardOutput.write(Data(GeneratedDocs.manPage(version: "pinproxy \(BuildInfo.version)", date: date).utf8))
+            print(GeneratedDocs.manPage(version: "pinproxy \(BuildInfo.version)", date: date), terminator: "")
             return
         }
         var stale: [String] = []

@@ -1,6 +1,7 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyCore
 
 /// What `pinproxy check` judges against this host rather than the text: what the daemon's
 /// start, a reload or `egress apply` would find here. Errors are what one of them refuses;

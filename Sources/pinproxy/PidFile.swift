@@ -1,4 +1,7 @@
-import Foundation
+import Glibc
+import FoundationEssentials
+import PinproxyCore
+import PinproxyInterop
 
 /// The `pid_file` of a running daemon: written by `pinproxy run` once its listeners are up,
 /// replaced by a new file of the same content each time it has handled a SIGHUP, removed at
@@ -7,13 +10,13 @@ enum PidFile {
     /// The process id the file names, if it names one.
     static func read(_ path: String) -> pid_t? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        return pid_t(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        return pid_t(String(decoding: data, as: UTF8.self).trimmingWhitespace())
     }
 
     /// Whether `pid` is a live pinproxy process (its command name is `pinproxy`).
     static func isPinproxy(_ pid: pid_t) -> Bool {
         guard pid > 0, let data = FileManager.default.contents(atPath: "/proc/\(pid)/comm") else { return false }
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines) == "pinproxy"
+        return String(decoding: data, as: UTF8.self).trimming(while: \.isNewline) == "pinproxy"
     }
 
     /// Fails when another live pinproxy owns `path`.
@@ -31,7 +34,7 @@ enum PidFile {
         do {
             try Data("\(own)\n".utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
         } catch {
-            throw PidFileError(message: "cannot write \(path): \(error.localizedDescription)")
+            throw PidFileError(message: "cannot write \(path): \(systemMessage(of: error))")
         }
     }
 

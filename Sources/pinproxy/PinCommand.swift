@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -103,7 +103,7 @@ struct PinCommand: ParsableCommand {
     /// `pinned(_:)` picks them), with the lines `before` the pins (`trust`) and `after` them (`ports`).
     static func hostBlock(host: TargetHost, path: [Certificate], before: [String], after: [String]) -> String {
         let pinned = pinned(path)
-        var lines = ["[hosts.\"\(host.description.trimmingCharacters(in: CharacterSet(charactersIn: "[]")))\"]"] + before + ["pin = \"public-key\"", "pins = ["]
+        var lines = ["[hosts.\"\(host.description.trimmingBrackets())\"]"] + before + ["pin = \"public-key\"", "pins = ["]
         for (index, certificate) in pinned.enumerated() {
             let role = index == 0 ? "leaf" : certificate.isSelfIssued ? "root (the leaf's issuer)" : "intermediate"
             lines.append("  \"\(Pin(digest: certificate.publicKeySHA256))\",  # \(role): \(certificate.subject)")

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -105,7 +105,7 @@ extension PinCommand {
             do {
                 try Data(anchor.pem.utf8).write(to: URL(fileURLWithPath: saveAnchor), options: .withoutOverwriting)
             } catch {
-                printError("--save-anchor \(saveAnchor): cannot write the file: \(error.localizedDescription)")
+                printError("--save-anchor \(saveAnchor): cannot write the file: \(systemMessage(of: error))")
                 throw ExitCode(1)
             }
             file = ConfigPaths.printed(saveAnchor, configDirectory: configDirectory)

@@ -1,5 +1,6 @@
+import Glibc
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// The `pinproxy` command: the daemon and the tools an operator uses to write and test a policy.
@@ -26,22 +27,22 @@ struct Pinproxy: ParsableCommand {
                 let subcommand = type(of: command)
                 printError("Error: \(error.message)\nUsage: " + usageString(for: subcommand)
                            + "\n  See 'pinproxy \(subcommand.configuration.commandName ?? "") --help' for more information.")
-                Foundation.exit(2)
+                Glibc.exit(2)
             }
         } catch let exit as ExitCode {
-            Foundation.exit(exit.rawValue)
+            Glibc.exit(exit.rawValue)
         } catch {
             let code = exitCode(for: error)
             if code == .success {
                 exit(withError: error)
             }
-            FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
-            Foundation.exit(code == .validationFailure ? 2 : code.rawValue)
+            StandardError.writeLine(fullMessage(for: error))
+            Glibc.exit(code == .validationFailure ? 2 : code.rawValue)
         }
     }
 }
 
 /// Writes a line to standard error.
 func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
+    StandardError.writeLine(text)
 }

@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import PinproxyPolicy
+import PinproxyCore
 
 /// What `pinproxy suggest` learns per host from decision lines: every distinct public key on
 /// the paths the daemon verified (`verified_pins`: leaf and intermediates, not the anchor), and
@@ -158,7 +159,7 @@ struct PolicySuggestion {
         for scalar in text.unicodeScalars {
             switch scalar.properties.generalCategory {
             case .control, .format, .lineSeparator, .paragraphSeparator:
-                result += String(format: "\\u%04x", scalar.value)
+                result += "\\u" + scalar.value.hex(digits: 4)
             default:
                 result.unicodeScalars.append(scalar)
             }

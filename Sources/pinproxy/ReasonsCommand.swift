@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyPolicy
 
 /// `pinproxy reasons`: the refusal reasons and what pinproxy does with each (`RefusalReason.traits`).
@@ -23,9 +23,9 @@ struct ReasonsCommand: ParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             let data = try encoder.encode(RefusalReason.rows)
-            FileHandle.standardOutput.write(data + Data("\n".utf8))
+            print(String(decoding: data, as: UTF8.self))
         } else {
-            FileHandle.standardOutput.write(Data(RefusalReason.textTable.utf8))
+            print(RefusalReason.textTable, terminator: "")
         }
     }
 }

@@ -1,8 +1,10 @@
+import Glibc
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
 import PinproxyProxy
+import PinproxyCore
 
 /// `pinproxy reload`: checks the config, sends SIGHUP to the daemon, then says what the daemon
 /// said about that reload (from the result it leaves under `$RUNTIME_DIRECTORY` or beside its
@@ -89,10 +91,10 @@ struct ReloadCommand: ParsableCommand {
                 throw ExitCode(1)
             }
             guard Date() < deadline else {
-                printError("pinproxy reload: sent SIGHUP to pinproxy (pid \(daemon)), which has left no result in \(resultPath) after \(String(format: "%g", timeout)) s (is it stopping, or an older pinproxy?)")
+                printError("pinproxy reload: sent SIGHUP to pinproxy (pid \(daemon)), which has left no result in \(resultPath) after \(timeout.secondsText) s (is it stopping, or an older pinproxy?)")
                 throw ExitCode(1)
             }
-            Thread.sleep(forTimeInterval: Self.interval)
+            usleep(UInt32(Self.interval * 1_000_000))
         }
         try report(found!, path: config.path)
     }

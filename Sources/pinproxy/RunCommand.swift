@@ -1,7 +1,9 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import PinproxyInterop
 import PinproxyPolicy
 import PinproxyProxy
+import Logging
 
 /// `pinproxy run`: the daemon.
 struct RunCommand: ParsableCommand {
@@ -50,7 +52,7 @@ struct RunCommand: ParsableCommand {
                 do {
                     try result.write(to: resultPath)
                 } catch {
-                    AccessLog(format: logFormat).emit(.warning, "reload", [(.detail, "cannot write the reload result \(resultPath): \(error.localizedDescription)")])
+                    AccessLog(format: logFormat).emit(.warning, "reload", [(.detail, "cannot write the reload result \(resultPath): \(systemMessage(of: error))")])
                 }
             }
             if let pidFile { PidFile.replace(pidFile) }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import PinproxyInterop
 import PinproxyPolicy
 
 /// `pinproxy suggest`: learns a pin policy from the daemon's decision lines.
@@ -47,7 +48,7 @@ struct SuggestCommand: ParsableCommand {
         }
         var suggestion = PolicySuggestion()
         var lines = 0
-        func read(_ handle: FileHandle, name: String) throws {
+        func read(_ input: ChunkReader, name: String) throws {
             var pending = Data()
             func consume(_ line: Data) {
                 lines += 1
@@ -56,9 +57,9 @@ struct SuggestCommand: ParsableCommand {
                 suggestion.learn(decision)
             }
             while true {
-                let chunk = handle.readData(ofLength: 1 << 16)
+                let chunk = input.read(upTo: 1 << 16)
                 if chunk.isEmpty { break }
-                pending.append(chunk)
+                pending.append(contentsOf: chunk)
                 while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
                     consume(pending[pending.startIndex..<newline])
                     pending.removeSubrange(pending.startIndex...newline)
@@ -69,14 +70,14 @@ struct SuggestCommand: ParsableCommand {
             if !pending.isEmpty { consume(pending) }
         }
         if files.isEmpty {
-            try read(FileHandle.standardInput, name: "standard input")
+            try read(.standardInput, name: "standard input")
         } else {
             for file in files {
-                guard let handle = FileHandle(forReadingAtPath: file) else {
+                guard let input = ChunkReader(path: file) else {
                     printError("\(file): cannot read the file")
                     throw ExitCode(2)
                 }
-                try read(handle, name: file)
+                try read(input, name: file)
             }
         }
         let hosts = suggestion.selected(minConnections: minConnections, pattern: host.flatMap(HostPattern.init))

@@ -1,6 +1,8 @@
-import Foundation
+import Glibc
+import FoundationEssentials
 import PinproxyInterop
 import PinproxyPolicy
+import PinproxyCore
 
 /// The block `diagnose` suggests for HOST: the entry that applied to it, complete (its trust,
 /// host check, ports, TLS floor, revocation, CT, custom check, report-only), pinned so that it
@@ -148,9 +150,9 @@ struct SuggestedEntry {
     /// The certificates of a `trust` file (or of the certificate files of a directory); none
     /// where it cannot be read.
     static func certificates(at path: String) -> [Certificate] {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return [] }
-        let files = isDirectory.boolValue
+        var status = stat()
+        guard stat(path, &status) == 0 else { return [] }
+        let files = status.st_mode & S_IFMT == S_IFDIR
             ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { path + "/" + $0 }
             : [path]
         return files.flatMap { file in
@@ -170,7 +172,7 @@ struct SuggestedEntry {
             switch scalar {
             case "\"": result += "\\\""
             case "\\": result += "\\\\"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F: result += String(format: "\\u%04X", scalar.value)
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F: result += "\\u" + scalar.value.hex(digits: 4, uppercase: true)
             default: result.unicodeScalars.append(scalar)
             }
         }

@@ -1,5 +1,6 @@
+import Glibc
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 import PinproxyPolicy
@@ -40,10 +41,10 @@ struct WaitCommand: ParsableCommand {
             waiting.removeAll { !ListeningSockets.inodes(overlapping: SocketAddress(address: $0.address, port: $0.port)).isEmpty }
             if waiting.isEmpty { return }
             if Date() >= deadline {
-                printError("pinproxy wait: nothing listens on \(waiting.map(\.description).joined(separator: ", ")) after \(String(format: "%g", timeout)) s")
+                printError("pinproxy wait: nothing listens on \(waiting.map(\.description).joined(separator: ", ")) after \(timeout.secondsText) s")
                 throw ExitCode(1)
             }
-            Thread.sleep(forTimeInterval: Self.interval)
+            usleep(UInt32(Self.interval * 1_000_000))
         }
     }
 }

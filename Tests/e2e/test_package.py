@@ -160,6 +160,16 @@ def test_the_binary_names_no_checkout_path(extracted):
     assert found == [], found[:20]
 
 
+def test_the_binary_carries_no_icu_and_no_full_foundation(extracted):
+    """Sources import FoundationEssentials only, and no dependency uses more: neither the full
+    Foundation (its module name) nor ICU's data (34 MB, named icudtNNl-...) is linked in."""
+    binary = (extracted / "usr/bin/pinproxy").read_bytes()
+    assert not re.search(rb"icudt\d+l", binary), "ICU's data is linked in"
+    assert b"\x00Foundation\x00" not in binary and b"\x00FoundationInternationalization\x00" not in binary, \
+        "the full Foundation is linked in"
+    assert len(binary) < 30_000_000, len(binary)  # 19.1 MB on 2026-11-27, 63.2 MB with ICU
+
+
 def test_lintian_finds_no_error_and_none_of_the_known_warnings(deb):
     if shutil.which("lintian") is None:
         pytest.fail("lintian is missing: scripts/setup --tests installs it", pytrace=False)

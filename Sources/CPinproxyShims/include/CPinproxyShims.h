@@ -92,6 +92,8 @@ int pp_pidfd_open(pid_t pid);
 // netfilter headers, which Swift's Glibc module does not include.
 int pp_SO_ORIGINAL_DST(void);
 int pp_IP6T_SO_ORIGINAL_DST(void);
+// Names the calling thread (prctl(PR_SET_NAME), variadic in C): the kernel keeps 15 bytes.
+void pp_set_thread_name(const char *name);
 
 
 // Removes one capability from the calling thread's effective, permitted, inheritable and ambient

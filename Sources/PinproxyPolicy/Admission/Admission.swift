@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 
 /// What the admission decision knows of a request before any upstream work: the host and port

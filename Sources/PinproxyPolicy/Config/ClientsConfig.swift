@@ -1,4 +1,6 @@
-import Foundation
+import Glibc
+import FoundationEssentials
+import PinproxyCore
 import PinproxyInterop
 import TOMLKit
 

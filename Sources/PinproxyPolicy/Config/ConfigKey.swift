@@ -1,4 +1,5 @@
 import TOMLKit
+import PinproxyCore
 
 /// Where a key is written: the table it belongs to.
 enum ConfigSection: String, Sendable, CaseIterable {
@@ -198,7 +199,7 @@ func tomlText(_ value: Any) -> String? {
     case let seconds as Double:
         return seconds == seconds.rounded() && abs(seconds) < 1e15 ? String(Int(seconds)) : String(seconds)
     case let text as String:
-        return "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        return "\"" + text.replacingEach(["\\": "\\\\", "\"": "\\\""]) + "\""
     case let ports as Set<UInt16>: return tomlText(ports.sorted())
     case let word as any RawRepresentable: return tomlText(word.rawValue)
     case let array as [Any]:

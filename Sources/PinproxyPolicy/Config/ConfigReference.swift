@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 
 /// The files made from the declarations (`ConfigSchema`, `RefusalReason.traits`) and the prose
 /// of each table below: `config/pinproxy.toml`, the key tables of `docs/configuration.md`, the
@@ -133,7 +134,7 @@ enum ConfigReference {
             let words = String(match.1)
             return words.hasSuffix(".md") ? "docs/" + words : words
         }
-        result = result.replacingOccurrences(of: "`", with: "")
+        result = result.replacingEach(["`": ""])
         return result
     }
 
@@ -170,7 +171,7 @@ enum ConfigReference {
                  + "Relative paths are relative to the file's own directory. The keys take effect at a reload unless marked restart-only."),
         ]
         for table in tables {
-            lines.append(".SH " + "\"" + roff(table.header).replacingOccurrences(of: "\"", with: "\"\"") + "\"")
+            lines.append(".SH " + "\"" + roff(table.header).replacingEach(["\"": "\"\""]) + "\"")
             for paragraph in table.prose { lines += [".PP", roff(plain(paragraph))] }
             for key in table.keys {
                 lines += [".TP", "\\fB\(roff(key.name))\\fR (\(roff(plain(key.values))))"]
@@ -197,7 +198,7 @@ enum ConfigReference {
     /// `text` safe in a roff line: backslashes escaped, hyphens as hyphens, no leading control
     /// character.
     static func roff(_ text: String) -> String {
-        let escaped = text.replacingOccurrences(of: "\\", with: "\\e").replacingOccurrences(of: "-", with: "\\-")
+        let escaped = text.replacingEach(["\\": "\\e", "-": "\\-"])
         return escaped.hasPrefix(".") || escaped.hasPrefix("'") ? "\\&" + escaped : escaped
     }
 }
@@ -217,14 +218,14 @@ enum MarkdownTable {
             case .restart: "; restart-only"
             case .egressApply: "; applied by `pinproxy egress apply`"
             }
-            lines.append("| \(key.name) | \(key.values.replacingOccurrences(of: "|", with: "\\|")) | \(defaultValue) | \(key.doc)\(effect) |")
+            lines.append("| \(key.name) | \(key.values.replacingEach(["|": "\\|"])) | \(defaultValue) | \(key.doc)\(effect) |")
         }
         return lines.joined(separator: "\n")
     }
 
     /// The first table after the line `heading` in `markdown`, before the next heading of level 2.
     static func range(after heading: String, in markdown: String) -> Range<String.Index>? {
-        guard let start = markdown.range(of: "\n" + heading + "\n") else { return nil }
+        guard let start = markdown.firstRange(of: "\n" + heading + "\n") else { return nil }
         var tableStart: String.Index?
         var position = start.upperBound
         while position < markdown.endIndex {

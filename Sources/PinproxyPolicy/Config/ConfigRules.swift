@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The second stage of loading: the rules a decoded policy must follow, checked without
 /// reading a file. Pure: a policy and a time in, findings out. A policy with an error here is

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import TOMLKit
+import PinproxyCore
 
 extension ConfigSchema {
     /// The policy keys, valid in `[default]` and in every `[hosts."PATTERN"]`.
@@ -61,7 +63,7 @@ extension ConfigSchema {
                 decoder.typeError(keyPath, value, expected: "a date such as 2027-01-31")
                 return nil
             }
-            return (written: String(format: "%04d-%02d-%02d", date.year, date.month, date.day), end: end)
+            return (written: "\(date.year.decimal(digits: 4))-\(date.month.decimal(digits: 2))-\(date.day.decimal(digits: 2))", end: end)
         },
         .bool("include_subdomains", .policy, \.includeSubdomains, default: false, doc: "the entry also matches every subdomain, at any depth"),
         .ports("ports", .policy, \.ports, unset: "proxy.allow_ports", example: "[443, 8443]", doc: "destination ports a CONNECT to the entry may name"),

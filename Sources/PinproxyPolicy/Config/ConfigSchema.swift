@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
+import TOMLKit
 
 /// Every config key, declared once: the decoder reads tables through these, `check`'s
 /// unknown-key hints and a reload's restart-only warning come from them, and a test holds

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 
 /// A config's text as `ConfigLexer` read it, for what TOMLKit does not give: whether the text
 /// may reach TOMLKit at all, the host keys with their lines, and the line of any table header
@@ -11,15 +12,14 @@ final class ConfigSource: @unchecked Sendable {
     private let headers: [ConfigLexer.Header]
     private let keys: [ConfigLexer.Key]
     /// Every header and key line by path, built on first use (by whichever thread asks first).
-    private var builtLines: Lines?
-    private let linesLock = NSLock()
+    private let builtLines = Locked<Lines?>(nil)
     private var lines: Lines {
-        linesLock.lock()
-        defer { linesLock.unlock() }
-        if let builtLines { return builtLines }
-        let built = Lines(text, headers: headers, keys: keys)
-        builtLines = built
-        return built
+        builtLines.withLock { built in
+            if let built { return built }
+            let lines = Lines(text, headers: headers, keys: keys)
+            built = lines
+            return lines
+        }
     }
 
     private static let separator = "\u{1F}"

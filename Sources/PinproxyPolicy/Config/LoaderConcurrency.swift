@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import PinproxyCore
 
 /// A value computed on another thread while the caller goes on.
 final class InBackground<Value>: @unchecked Sendable {
@@ -27,24 +28,21 @@ struct UncheckedSendable<Value>: @unchecked Sendable {
 
 /// One result per slice of a list, each stored by the task that made it.
 final class SliceResults<Result>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var slots: [Result?]
+    private let slots: Locked<[Result?]>
 
     init(count: Int) {
-        slots = Array(repeating: nil, count: count)
+        slots = Locked(Array(repeating: nil, count: count))
     }
 
     func store(_ slice: Int, _ result: Result) {
-        lock.lock()
-        slots[slice] = result
-        lock.unlock()
+        slots.withLock { $0[slice] = result }
     }
 
     /// Every slot once all tasks have stored theirs; nil while one has not.
     var all: [Result]? {
-        lock.lock()
-        defer { lock.unlock() }
-        let stored = slots.compactMap { $0 }
-        return stored.count == slots.count ? stored : nil
+        slots.withLock { slots in
+            let stored = slots.compactMap { $0 }
+            return stored.count == slots.count ? stored : nil
+        }
     }
 }

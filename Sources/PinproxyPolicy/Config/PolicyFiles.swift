@@ -1,4 +1,5 @@
-import Foundation
+import Glibc
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 
@@ -136,9 +137,8 @@ struct PolicyFiles {
 
     /// Whether `path` is a regular file this process may execute.
     static func isExecutableFile(_ path: String) -> Bool {
-        var isDirectory: ObjCBool = false
-        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
-            && FileManager.default.isExecutableFile(atPath: path)
+        var status = stat()
+        return stat(path, &status) == 0 && status.st_mode & S_IFMT != S_IFDIR && FileManager.default.isExecutableFile(atPath: path)
     }
 
     /// `file` resolved against the config's directory.

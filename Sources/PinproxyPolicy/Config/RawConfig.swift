@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 
 /// A config as written, after decoding and before its rules are checked and its files read:
 /// the output of `ConfigDecoder`, the input of `ConfigRules` and `PolicyFiles`.

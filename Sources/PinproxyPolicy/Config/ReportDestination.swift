@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One `report_to` destination of pin-failure reports.
 public enum ReportDestination: Sendable, Hashable, CustomStringConvertible {
@@ -13,7 +13,7 @@ public enum ReportDestination: Sendable, Hashable, CustomStringConvertible {
         if text.hasPrefix("file:") {
             let path = String(text.dropFirst("file:".count))
             guard !path.isEmpty, !path.utf8.contains(0) else { return nil }
-            self = .file(path: path.hasPrefix("/") ? path : (directory as NSString).appendingPathComponent(path))
+            self = .file(path: path.hasPrefix("/") ? path : URL(fileURLWithPath: directory).appendingPathComponent(path).path)
             return
         }
         guard let url = URLComponents(string: text), url.scheme?.lowercased() == "https", let host = url.host, !host.isEmpty,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 
@@ -115,7 +115,7 @@ public struct EgressRuleset: Sendable {
     public var fingerprint: String { Self.fingerprint(parts.body) }
 
     private static func fingerprint(_ body: String) -> String {
-        SHA256.hash(Array(body.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(Array(body.utf8)).prefix(8).map { $0.hex(digits: 2) }.joined()
     }
 
     /// The text up to the table's opening brace, and the chains to its end.
@@ -207,24 +207,25 @@ public struct EgressRuleset: Sendable {
     /// were loaded in and whichever `nft` version's header they carry. Nil when `json` is not an
     /// `nft -j` listing.
     public static func rules(inJSONListing json: String) -> [String]? {
-        guard let document = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
-              let objects = document["nftables"] as? [Any] else { return nil }
+        guard let document = try? JSONDecoder().decode(JSONValue.self, from: Data(json.utf8)),
+              let objects = document["nftables"]?.array else { return nil }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
         var rules: [String] = []
         for object in objects {
-            guard let object = object as? [String: Any] else { return nil }
+            guard object.object != nil else { return nil }
             if object["metainfo"] != nil { continue }
-            let stripped = withoutHandles(object)
-            guard let data = try? JSONSerialization.data(withJSONObject: stripped, options: [.sortedKeys]) else { return nil }
+            guard let data = try? encoder.encode(withoutHandles(object)) else { return nil }
             rules.append(String(decoding: data, as: UTF8.self))
         }
         return rules
     }
 
-    private static func withoutHandles(_ value: Any) -> Any {
-        if let object = value as? [String: Any] {
-            return object.filter { $0.key != "handle" }.mapValues(withoutHandles)
+    private static func withoutHandles(_ value: JSONValue) -> JSONValue {
+        switch value {
+        case .object(let members): return .object(members.filter { $0.key != "handle" }.mapValues(withoutHandles))
+        case .array(let elements): return .array(elements.map(withoutHandles))
+        default: return value
         }
-        if let array = value as? [Any] { return array.map(withoutHandles) }
-        return value
     }
 }

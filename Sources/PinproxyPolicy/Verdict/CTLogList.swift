@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 import PinproxyInterop
 
@@ -114,12 +114,8 @@ public struct CTLogList: Sendable {
 
     /// An RFC 3339 time, with or without fractional seconds.
     static func parseTimestamp(_ text: String) -> Date? {
-        let plain = ISO8601DateFormatter()
-        plain.formatOptions = [.withInternetDateTime]
-        if let date = plain.date(from: text) { return date }
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text)
+        if let date = try? Date.ISO8601FormatStyle().parse(text) { return date }
+        return try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)
     }
 
     private static func describe(_ error: DecodingError) -> String {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyCore
 
 /// Whether a connection an entry admits proves that the server is the host the client named.

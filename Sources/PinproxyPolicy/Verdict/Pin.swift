@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A pin: `sha256/` followed by the standard, padded base64 of a 32-byte SHA-256 digest.
 public struct Pin: Hashable, Sendable, CustomStringConvertible {

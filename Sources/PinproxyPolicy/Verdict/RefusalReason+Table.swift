@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import PinproxyCore
 
 /// `RefusalReason.traits` as the outside reads it: `pinproxy reasons` (text and JSON, which the
 /// end-to-end harness loads) and the reason table of docs/trust-decisions.md.
@@ -40,7 +41,7 @@ extension RefusalReason {
         let widths = header.indices.map { column in cells.map { $0[column].count }.max() ?? 0 }
         return cells.map { line in
             line.enumerated().map { column, cell in
-                column == line.count - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+                column == line.count - 1 ? cell : cell.padded(to: widths[column])
             }.joined(separator: "  ")
         }.joined(separator: "\n") + "\n"
     }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// The outcome of evaluating one connection against its policy entry, with everything an

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// What the verdict reads besides the entry, loaded with one config generation and handed in

@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
+import PinproxyCore
 
 // Rules for the CA certificates under review: intermediates, and a listed anchor.
 

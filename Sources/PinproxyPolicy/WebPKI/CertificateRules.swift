@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
+import PinproxyCore
 
 // RFC 5280 rules for every certificate under review (leaf, intermediates, a listed anchor).
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import PinproxyInterop
 
 /// One check pinproxy makes beyond OpenSSL's path validation, on the chain OpenSSL built and
