@@ -16,32 +16,25 @@ import pytest
 
 from capture_harness import TRANSPARENT_PORT, CaptureProxy, capture, public_dir  # noqa: F401 (fixtures)
 from proxy_harness import Proxy, pinned_entry, poll
+from squat import SQUAT_SOCKET
 
 #: Tries to listen on each (address, reuseport) on PORT: "[::]" with IPV6_V6ONLY off, so that it
 #: covers IPv4 too. Those that bind accept for WAIT seconds; prints, as JSON, what each bind said
 #: and how many connections each accepted.
-SQUATTER = r"""
-import errno, json, select, socket, sys, time
+SQUATTER = SQUAT_SOCKET + r"""
+import errno, json, select, sys, time
 port, wait = int(sys.argv[1]), float(sys.argv[2])
 out, held = {}, []
-for address in ["127.0.0.1", "::1", "0.0.0.0", "::"]:
+for address in SQUAT_ADDRESSES:
     for reuseport in (False, True):
         key = f"{address} reuseport={reuseport}"
-        s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuseport:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if address == "::":
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         try:
-            s.bind((address, port))
-            s.listen(16)
+            s = squat(address, reuseport, port)
             s.setblocking(False)
             held.append((key, s))
             out[key] = "bound"
         except OSError as e:
             out[key] = errno.errorcode.get(e.errno, str(e.errno))
-            s.close()
 accepted = {key: 0 for key, _ in held}
 end = time.monotonic() + (wait if held else 0)
 while held and time.monotonic() < end:

@@ -28,6 +28,7 @@ import pytest
 
 import pki as pkilib
 from proxy_harness import REPO
+from squat import SQUAT_SOCKET
 from systemd_box import Box, require_box, wait_for
 
 require_box()
@@ -410,22 +411,18 @@ def test_systemd_analyze_security_is_no_worse_than_1_6(box):
 #: IPV6_V6ONLY off, so that it covers IPv4 too), with and without SO_REUSEPORT; a bind that
 #: succeeds holds the port 0.1 s and accepts what comes. After every round, argv[3] gets (by
 #: rename) the rounds done, what each bind said how often, and the connections accepted.
-SQUAT_LOOP = r"""
-import errno, json, os, socket, sys, time
+SQUAT_LOOP = SQUAT_SOCKET + r"""
+import errno, json, os, sys, time
 port, stop, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 said, accepted, rounds = {}, 0, 0
 while True:
-    for address in ("127.0.0.1", "::1", "0.0.0.0", "::"):
+    for address in SQUAT_ADDRESSES:
         for reuseport in (False, True):
-            s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuseport:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if address == "::":
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             try:
-                s.bind((address, port))
-                s.listen(16)
+                s = squat(address, reuseport, port)
+            except OSError as e:
+                result = errno.errorcode.get(e.errno, str(e.errno))
+            else:
                 result = "bound"
                 s.settimeout(0.1)
                 try:
@@ -433,9 +430,6 @@ while True:
                     accepted += 1
                 except OSError:
                     pass
-            except OSError as e:
-                result = errno.errorcode.get(e.errno, str(e.errno))
-            finally:
                 s.close()
             key = f"{address} reuseport={reuseport}: {result}"
             said[key] = said.get(key, 0) + 1
