@@ -5,14 +5,14 @@ import PinproxyPolicy
 import XCTest
 
 /// The one admission decision (`Admission.decide`): its rules in order, the same for both
-/// listeners, the name binding that asks for the name's resolution and takes it back, and how
-/// a partly known client fails closed.
+/// listeners, the name binding that asks for the name's resolution and takes it back, the
+/// per-client tunnel limit, and how a partly known client fails closed.
 final class AdmissionTests: XCTestCase {
     static let config = configuration()
 
-    /// The rules below.
-    static func configuration() -> Config {
-        try! ConfigLoader.load(text: """
+    /// The rules below, under `max_tunnels_per_client = limit` (nil: unlimited).
+    static func configuration(limit: Int? = nil) -> Config {
+        try! ConfigLoader.load(text: (limit.map { "[proxy]\nmax_tunnels_per_client = \($0)\n\n" } ?? "") + """
         [resolve]
         "pinned-tunnel.test" = "192.0.2.1"
 
@@ -41,9 +41,9 @@ final class AdmissionTests: XCTestCase {
     static let other = IPAddress("198.51.100.7")!
 
     private func decide(_ host: String, port: UInt16 = 443, route: AdmissionRequest.Route = .connect, client: ClientIdentity? = .remote,
-                        resolution: [IPAddress]? = nil) -> Admission.Decision {
-        let request = AdmissionRequest(host: TargetHost(host)!, port: port, route: route, client: client)
-        return Admission.decide(request, config: Self.config, at: Date(), resolution: resolution)
+                        held: Int = 0, limit: Int? = nil, resolution: [IPAddress]? = nil) -> Admission.Decision {
+        let request = AdmissionRequest(host: TargetHost(host)!, port: port, route: route, client: client, clientKey: .unknown, clientTunnels: held)
+        return Admission.decide(request, config: limit.map { Self.configuration(limit: $0) } ?? Self.config, at: Date(), resolution: resolution)
     }
 
     private func reason(_ decision: Admission.Decision) -> RefusalReason? {
@@ -51,13 +51,14 @@ final class AdmissionTests: XCTestCase {
         return nil
     }
 
-    func testTheRulesComeInOrderClientHostPort() {
+    func testTheRulesComeInOrderClientHostPortLimit() {
         let alice = ClientIdentity.local(LocalClient(uid: 1000))
         // client-denied first, even for a denied host.
         XCTAssertEqual(reason(decide("api.test", client: alice)), .clientDenied)
         XCTAssertEqual(reason(decide("denied.test")), .hostDenied)
         XCTAssertEqual(reason(decide("api.test", port: 8443)), .portDenied)
-        guard case .admit(_, _, nil) = decide("api.test") else { return XCTFail("a CONNECT is admitted, then resolved") }
+        XCTAssertEqual(reason(decide("api.test", held: 3, limit: 3)), .clientLimit)
+        guard case .admit(_, _, nil) = decide("api.test", held: 2, limit: 3) else { return XCTFail("a CONNECT is admitted, then resolved") }
         // The refusal names the entry and the client's decision: what the line needs.
         guard case .refuse(let refusal) = decide("denied.test") else { return XCTFail() }
         XCTAssertEqual(refusal.entry.name, #"hosts."denied.test""#)
@@ -68,6 +69,7 @@ final class AdmissionTests: XCTestCase {
         let transparent = AdmissionRequest.Route.transparent(original: Self.original, hidesName: false)
         XCTAssertEqual(reason(decide("denied.test", route: transparent)), .hostDenied)
         XCTAssertEqual(reason(decide("api.test", port: 8443, route: transparent)), .portDenied)
+        XCTAssertEqual(reason(decide("api.test", route: transparent, held: 1, limit: 1)), .clientLimit)
         guard case .admit(_, _, let addresses) = decide("api.test", route: transparent) else { return XCTFail() }
         XCTAssertEqual(addresses, [Self.original], "a transparent client's upstream is its original destination")
     }

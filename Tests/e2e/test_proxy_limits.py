@@ -233,3 +233,34 @@ def test_certificate_text_cannot_forge_log_lines(make_proxy, pki, tmp_path):
         assert "\\u2028level=error event=reload" in raw, raw
     finally:
         server.close()
+
+
+def test_max_tunnels_per_client_refuses_the_one_too_many(make_proxy, origins, pki):
+    """`max_tunnels_per_client`: a local client (its uid: every connection of this test is
+    root's) holds at most that many tunnels; the next is refused `client-limit` (429) before any
+    upstream work, logged with the client and counted; a closed tunnel gives its place back."""
+    import os
+    import urllib.request
+    from proxy_harness import free_port
+    metrics_port = free_port()
+    p = make_proxy(proxy={"allow_ports": [origins.api.port], "max_tunnels_per_client": 2, "metrics_listen": f"127.0.0.1:{metrics_port}"},
+                   resolve={API: "127.0.0.1"}, hosts={API: {"action": "allow-insecure"}})
+    held = [connect(p.port, API, origins.api.port) for _ in range(2)]
+    assert [c.answer.status for c in held] == [200, 200], [str(c.answer) for c in held]
+    connections_before = origins.api.connections
+    _, line = expect_refusal(p, API, origins.api.port, "client-limit")
+    assert origins.api.connections == connections_before, "refused before any upstream work"
+    assert line.get("client_uid") == str(os.getuid()), line.raw
+    assert "max_tunnels_per_client = 2" in line.get("detail", ""), line.raw
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=TIMEOUT).read().decode()
+    assert any(l.startswith("pinproxy_connections_total{") and 'reason="client-limit"' in l and l.endswith(" 1.0") or
+               l.startswith("pinproxy_connections_total{") and 'reason="client-limit"' in l and l.endswith(" 1")
+               for l in metrics.splitlines()), metrics
+    held[0].close()
+
+    def admitted():
+        c = connect(p.port, API, origins.api.port)
+        c.close()
+        return c.answer.status == 200
+    poll(admitted, what="a place given back by a closed tunnel")
+    held[1].close()

@@ -19,7 +19,7 @@ public struct AdmissionRequest: Sendable {
     public var route: Route
     /// Who the client is; nil when nothing was looked up (no `[clients]`, no per-client limit).
     public var client: ClientIdentity?
-    /// Who the client counts as for a per-client limit.
+    /// Who the client counts as for `max_tunnels_per_client`.
     public var clientKey: ClientKey
     /// The tunnels that client holds now, this one not counted.
     public var clientTunnels: Int
@@ -34,7 +34,7 @@ public struct AdmissionRequest: Sendable {
     }
 }
 
-/// Who counts as one client for a per-client limit: a local client is its uid, a remote
+/// Who counts as one client for `max_tunnels_per_client`: a local client is its uid, a remote
 /// (or forwarded) one its source address, and every unknown client shares one bucket.
 public enum ClientKey: Hashable, Sendable, CustomStringConvertible {
     case uid(UInt32)
@@ -61,7 +61,7 @@ public enum ClientKey: Hashable, Sendable, CustomStringConvertible {
 
 /// The one decision on a request before any upstream work, which both listeners take from one
 /// step of the connection (`Admit.swift`): `[clients]` (client-denied, first), the host's entry
-/// or `[default]` (host-denied, port-denied), then,
+/// or `[default]` (host-denied, port-denied), `max_tunnels_per_client` (client-limit), then,
 /// on the transparent listener, where the upstream is: a name the entry's admission does not
 /// authenticate (`NameAuthentication`: `mode = "tunnel"`, `allow-insecure`, …) is bound to its
 /// resolution (destination-mismatch), which is asked for (`resolve`) and then given back as an
@@ -98,7 +98,7 @@ public enum Admission {
     /// Whether a rule under `config` reads `AdmissionRequest.clientTunnels`: the tunnels each
     /// client holds are counted (from admission to close) only then.
     public static func countsClientTunnels(_ config: Config) -> Bool {
-        false
+        config.proxy.maxTunnelsPerClient != nil
     }
 
     /// The decision on `request` under `config` at `time`; `resolution` is the host's addresses
@@ -113,6 +113,10 @@ public enum Admission {
         if let verdict = TrustEvaluator.evaluateRequest(port: request.port, entry: entry), !verdict.allowsConnection,
            let reason = verdict.reason {
             return refuse(reason, verdict.failures.map(\.description).joined(separator: "; "), verdict: verdict)
+        }
+        if let tunnelLimit = config.proxy.maxTunnelsPerClient, request.clientTunnels >= tunnelLimit {
+            let who = request.clientKey == .unknown ? "the unknown clients together hold" : "the client (\(request.clientKey)) holds"
+            return refuse(.clientLimit, "\(who) \(request.clientTunnels) tunnel(s), and max_tunnels_per_client = \(tunnelLimit)")
         }
         guard case .transparent(let original, let hidesName) = request.route else {
             return .admit(entry: entry, client: client, addresses: nil)

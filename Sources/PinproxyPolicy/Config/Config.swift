@@ -112,6 +112,9 @@ public struct ProxySettings: Sendable {
     /// Open client connections at most; further ones are closed at accept. nil: as many as
     /// the open-file limit allows (two descriptors per tunnel).
     @Declared(.proxy, "max_connections") public var maxConnections: Int?
+    /// Tunnels one client holds at most (`client-limit` beyond): a local client is its uid, a
+    /// remote or forwarded one its address, and unknown clients share one count; nil: unlimited.
+    @Declared(.proxy, "max_tunnels_per_client") public var maxTunnelsPerClient: Int?
     /// How long a connection waits for what is looked up off the loop about its client (the
     /// user's name, the cgroup's unit, the program); a unit not found by then makes it unknown.
     @Declared(.proxy, "client_identity_timeout") public var clientIdentityTimeout: TimeInterval

@@ -45,6 +45,8 @@ enum ConfigSchema {
         .seconds("drain_timeout", .proxy, \.drainTimeout, default: 30, doc: "on SIGTERM, how long open tunnels may finish").restartOnly(\.drainTimeout),
         .integer("max_connections", .proxy, \.maxConnections, in: 1...1_000_000, unset: "what the open-file limit allows", example: "10000",
                  doc: "open client connections at most"),
+        .integer("max_tunnels_per_client", .proxy, \.maxTunnelsPerClient, in: 1...1_000_000, unset: "unlimited", example: "256",
+                 doc: "tunnels one client (a local uid, a remote address; unknown clients together) holds at most"),
         .integer("relay_buffer_bytes", .proxy, \.relayBufferBytes, in: 4_096...(64 << 20), default: 262_144,
                  doc: "bytes per direction (256 KiB by default), before reading pauses"),
         .seconds("admin_timeout", .proxy, \.adminTimeout, default: 10,

@@ -33,6 +33,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
     /// A connection pinproxy made itself came back to its transparent listener, or one was
     /// made straight to it: nothing it could be relayed to.
     case captureLoop = "capture-loop"
+    /// The client holds `max_tunnels_per_client` tunnels already.
+    case clientLimit = "client-limit"
     case dnsFailure = "dns-failure"
     case upstreamUnreachable = "upstream-unreachable"
     case handshakeFailed = "handshake-failed"
@@ -72,6 +74,7 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
         case .badRequest:              return row(400, false, false, false, .httpRequestError)
         case .noSNI:                   return row(403, false, false, false, .httpRequestError)
         case .captureLoop:             return row(403, false, false, false, .proxyLoopDetected)
+        case .clientLimit:             return row(429, false, false, false, .httpRequestDenied)
         case .dnsFailure:              return row(502, false, false, false, .dnsError)
         case .upstreamUnreachable:     return row(502, false, false, false, .destinationUnavailable)
         case .handshakeFailed:         return row(502, false, false, false, .tlsProtocolError)
@@ -114,6 +117,8 @@ public enum RefusalReason: String, Sendable, CaseIterable, Comparable {
             return "the client named no host (no SNI): add a [hosts.\"\(host)\"] entry for the address it connected to, in \(config); \(apply)"
         case .captureLoop:
             return "none here: either pinproxy's own connection was captured (run pinproxy as a user of exempt_users in [capture] of \(config), then `pinproxy egress apply`), or this connection was made straight to the transparent listener, which relays only connections the egress lock redirects to it."
+        case .clientLimit:
+            return "close some of this client's open tunnels, or raise max_tunnels_per_client in [proxy] of \(config); \(apply)"
         case .dnsFailure, .upstreamUnreachable, .handshakeFailed, .upstreamTimeout:
             return "none needed: pinproxy could not reach \(host):\(port), which is not a policy decision."
         case .customCheck, .cleartextDenied, .badRequest:
