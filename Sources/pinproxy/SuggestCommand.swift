@@ -48,7 +48,7 @@ struct SuggestCommand: ParsableCommand {
         }
         var suggestion = PolicySuggestion()
         var lines = 0
-        func read(_ input: ChunkReader, name: String) throws {
+        func read(_ input: ChunkReader) throws(ChunkReader.ReadFailure) {
             var pending = Data()
             func consume(_ line: Data) {
                 lines += 1
@@ -57,7 +57,7 @@ struct SuggestCommand: ParsableCommand {
                 suggestion.learn(decision)
             }
             while true {
-                let chunk = input.read(upTo: 1 << 16)
+                let chunk = try input.read(upTo: 1 << 16)
                 if chunk.isEmpty { break }
                 pending.append(contentsOf: chunk)
                 while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
@@ -69,15 +69,12 @@ struct SuggestCommand: ParsableCommand {
             }
             if !pending.isEmpty { consume(pending) }
         }
-        if files.isEmpty {
-            try read(.standardInput, name: "standard input")
-        } else {
-            for file in files {
-                guard let input = ChunkReader(path: file) else {
-                    printError("\(file): cannot read the file")
-                    throw ExitCode(2)
-                }
-                try read(input, name: file)
+        for name in files.isEmpty ? ["standard input"] : files {
+            do throws(ChunkReader.ReadFailure) {
+                try read(files.isEmpty ? .standardInput : ChunkReader(path: name))
+            } catch {
+                printError("\(name): cannot read: \(error)")
+                throw ExitCode(2)
             }
         }
         let hosts = suggestion.selected(minConnections: minConnections, pattern: host.flatMap(HostPattern.init))

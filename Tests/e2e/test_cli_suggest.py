@@ -254,7 +254,11 @@ def test_certificate_text_cannot_escape_its_comment(pinproxy, tmp_path):
 def test_usage_errors(pinproxy, tmp_path):
     assert suggest(pinproxy, "--host", "not a pattern", stdin="").returncode == 2
     assert suggest(pinproxy, "--min-connections", "0", stdin="").returncode == 2
-    assert suggest(pinproxy, tmp_path / "missing.log").returncode == 2
+    missing = suggest(pinproxy, tmp_path / "missing.log")
+    assert missing.returncode == 2 and "missing.log: cannot read: No such file or directory" in missing.stderr, missing
+    # A read error is not an empty log: a directory opens, and its read fails.
+    directory = suggest(pinproxy, tmp_path)
+    assert directory.returncode == 2 and "cannot read: Is a directory" in directory.stderr, directory
     nothing = suggest(pinproxy, stdin="")
     assert nothing.returncode == 1 and "0 host(s)" in nothing.stdout, nothing
 
