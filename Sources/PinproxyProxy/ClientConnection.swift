@@ -566,5 +566,5 @@ final class ClientConnection<IO: ConnectionIO> {
 
 /// `10s` or `0.5s`.
 func formatSeconds(_ seconds: TimeInterval) -> String {
-    seconds == seconds.rounded() ? "\(Int(seconds))s" : "\(seconds)s"
+    seconds.secondsText + "s"
 }
