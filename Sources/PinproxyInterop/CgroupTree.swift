@@ -17,7 +17,9 @@ public enum CgroupTree {
     /// `root`), then every other cgroup from the root down, until it meets cgroup `target` or
     /// has seen `limit` cgroups (its only early end). A directory it cannot list (removed
     /// meanwhile, a path longer than the kernel takes) is skipped and the first such is
-    /// reported, never the end of the walk. Names are kept as the bytes they are.
+    /// reported, never the end of the walk. A `first` that does not exist (a host with no
+    /// `/system.slice`) is no gap: the rest of the hierarchy is walked as ever. Names are kept
+    /// as the bytes they are.
     /// `beforeListing` is called with each directory just before it is listed (tests remove
     /// directories there).
     public static func walk(root: String, first: String, until target: UInt64, limit: Int,
@@ -40,11 +42,13 @@ public enum CgroupTree {
         }
 
         /// Lists `top` and everything below it except `skipping`; true when the walk ends.
-        func descend(from top: FilePathBytes, skipping: FilePathBytes?) -> Bool {
+        /// A missing `top` is a gap only when `mustExist`.
+        func descend(from top: FilePathBytes, skipping: FilePathBytes?, mustExist: Bool) -> Bool {
             let topPath = FilePathBytes(bytes: rootBytes + top.bytes)
             var info = stat()
             guard topPath.withCPath({ stat($0, &info) }) == 0 else {
-                noteGap(top, errno)
+                let code = errno
+                if mustExist || code != ENOENT { noteGap(top, code) }
                 return false
             }
             if record(UInt64(info.st_ino), top) { return true }
@@ -82,9 +86,10 @@ public enum CgroupTree {
             return false
         }
 
-        if descend(from: start, skipping: nil) { return walk }
-        if start == FilePathBytes("/") { return walk }
-        _ = descend(from: FilePathBytes("/"), skipping: start)
+        let whole = FilePathBytes("/")
+        if descend(from: start, skipping: nil, mustExist: start == whole) { return walk }
+        if start == whole { return walk }
+        _ = descend(from: whole, skipping: start, mustExist: true)
         return walk
     }
 }

@@ -112,6 +112,22 @@ final class CgroupUnitTests: XCTestCase {
         XCTAssertEqual(unit(of: found, beforeListing: remove).0, .unit("zz.service"))
     }
 
+    func testAHierarchyWithoutSystemSliceIsWalkedWithoutAGap() throws {
+        let session = try make("/user.slice/user-1000.slice/session-3.scope")
+        let (answer, walk) = unit(of: session)
+        XCTAssertEqual(answer, .noUnit)
+        XCTAssertEqual(walk.end, .found)
+        XCTAssertNil(walk.gap)
+        let everything = CgroupTree.walk(root: root, first: "/system.slice", until: 0, limit: 1_000)
+        XCTAssertEqual(everything.end, .complete)
+        XCTAssertNil(everything.gap)
+        XCTAssertEqual(everything.cgroups.map(\.path), ["/", "/user.slice", "/user.slice/user-1000.slice",
+                                                         "/user.slice/user-1000.slice/session-3.scope"].map(FilePathBytes.init))
+        // A missing root is a gap: nothing was walked.
+        let nowhere = CgroupTree.walk(root: root + "/absent", first: "/system.slice", until: 0, limit: 1_000)
+        XCTAssertEqual(nowhere.gap, .vanished(FilePathBytes("/")))
+    }
+
     func testTheBoundMakesAMissUnknown() throws {
         for index in 0..<30 { try make("/system.slice/s\(index).service") }
         let target = try make("/user.slice/late.scope")
