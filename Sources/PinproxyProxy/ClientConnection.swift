@@ -273,9 +273,11 @@ final class ClientConnection<IO: ConnectionIO> {
         let applicationProtocol: ALPNProtocol?
         /// When the relay started (`ConnectionIO.now`).
         var relayStarted: TimeInterval = 0
-        var lastActivity: TimeInterval = 0
-        var bytesUp = 0
-        var bytesDown = 0
+        // Changed on every relay pass, by the connection's own callbacks on its loop, never in
+        // overlapping accesses: no run-time exclusivity checks on the hot path.
+        @exclusivity(unchecked) var lastActivity: TimeInterval = 0
+        @exclusivity(unchecked) var bytesUp = 0
+        @exclusivity(unchecked) var bytesDown = 0
         /// Directions whose source has stopped sending (and whose sink has been told so).
         var ended: Set<Direction> = []
         var closeReason = ""

@@ -57,7 +57,9 @@ public final class TLSRelay {
     public var isClosed: Bool {
         if case .closed = upFlow.state { true } else { false }
     }
-    public var onEvent: ((Event) -> Void)?
+    /// Set before `start` and cleared by `close`, read on every pass: no run-time exclusivity
+    /// checks.
+    @exclusivity(unchecked) public var onEvent: ((Event) -> Void)?
 
     /// The most records one direction relays in one pass before the loop serves others.
     static let recordsPerPass = 16
