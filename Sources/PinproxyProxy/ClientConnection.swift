@@ -244,7 +244,7 @@ final class ClientConnection<IO: ConnectionIO> {
         }
         /// `judged`, by reference: an upstream (and the tunnel that keeps it) holds one pointer,
         /// not a verdict's worth of storage, when no verdict was taken in the handshake.
-        private(set) var judgedBox: JudgedVerdict? = nil
+        private var judgedBox: JudgedVerdict? = nil
 
         init(connection: IO.Endpoint, address: SocketAddress, offer: ALPNOffer, started: TimeInterval, own: OwnUpstreams.Registration?) {
             self.connection = connection
