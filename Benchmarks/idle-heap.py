@@ -24,9 +24,15 @@ import benchlib as b  # noqa: E402
 
 
 def snapshot_tree(path):
-    """A massif detailed snapshot as {call path (tuple of names): bytes}."""
+    """A massif detailed snapshot as {call path (tuple of names): bytes}; the heap's totals are
+    under ("mem_heap_B",) (the bytes asked for) and ("mem_heap_extra_B",) (malloc's headers and
+    rounding)."""
     tree, stack = {}, []
     for line in open(path):
+        total = re.match(r"^(mem_heap_B|mem_heap_extra_B)=(\d+)$", line.strip())
+        if total:
+            tree[(total.group(1),)] = int(total.group(2))
+            continue
         match = re.match(r"^( *)n\d+: (\d+) (.*)$", line.rstrip("\n"))
         if not match:
             continue
@@ -82,9 +88,14 @@ def main():
         daemon.stop()
         origin.stop()
     n = options.n_idle
-    print(f"heap per idle tunnel ({n} tunnels), bytes by allocation site:")
+    totals = ("mem_heap_B", "mem_heap_extra_B")
+    asked, extra = ((held.get((key,), 0) - before.get((key,), 0)) / n for key in totals)
+    print(f"heap per idle tunnel ({n} tunnels): {asked:.0f} bytes asked for, {extra:.0f} more in malloc's headers and rounding")
+    print("bytes by allocation site:")
     rows = []
     for path in set(before) | set(held):
+        if path[0] in totals:
+            continue
         per_tunnel = (held.get(path, 0) - before.get(path, 0)) / n
         if len(path) <= options.depth and abs(per_tunnel) >= options.min_bytes:
             rows.append((path, per_tunnel))

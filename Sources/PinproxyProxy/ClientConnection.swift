@@ -12,6 +12,27 @@ typealias RequestTarget = (host: TargetHost, port: UInt16)
 /// Host, port and entry of a log line, as far as they are known.
 typealias ConnectionSubject = (host: TargetHost, port: UInt16, entry: PolicyEntry?)
 
+/// A verdict kept by reference (`ClientConnection.Upstream.judged`).
+final class JudgedVerdict {
+    let verdict: Verdict
+
+    init(_ verdict: Verdict) {
+        self.verdict = verdict
+    }
+}
+
+/// What `[clients]` decided for a connection, kept by reference (`Destination.client`).
+final class ClientDecisionBox: Sendable {
+    let decision: ClientDecision
+
+    init(_ decision: ClientDecision) {
+        self.decision = decision
+    }
+
+    /// The one box of `ClientDecision.notApplied`.
+    static let notApplied = ClientDecisionBox(.notApplied)
+}
+
 /// What the CONNECT (or a transparent client's ClientHello) asked for, the policy entry it
 /// falls under, and what `[clients]` decided for its client.
 struct Destination: CustomStringConvertible {
@@ -20,7 +41,18 @@ struct Destination: CustomStringConvertible {
     let entry: PolicyEntry
     /// What the verdict reads besides `entry`, from the same config generation.
     let context: VerdictContext
-    let client: ClientDecision
+    var client: ClientDecision { clientBox.decision }
+    /// `client`, by reference (one shared box when `[clients]` decided nothing): every state
+    /// and open tunnel that holds the destination holds a pointer, not the decision's storage.
+    private let clientBox: ClientDecisionBox
+
+    init(host: TargetHost, port: UInt16, entry: PolicyEntry, context: VerdictContext, client: ClientDecision) {
+        self.host = host
+        self.port = port
+        self.entry = entry
+        self.context = context
+        clientBox = client == .notApplied ? .notApplied : ClientDecisionBox(client)
+    }
 
     var description: String { "\(host):\(port)" }
 
@@ -206,7 +238,21 @@ final class ClientConnection<IO: ConnectionIO> {
         let own: OwnUpstreams.Registration?
         /// The verdict on the server, once judged (`judge`): during the handshake when the server
         /// asked for the entry's client certificate. The connection goes on with this one.
-        var judged: Verdict? = nil
+        var judged: Verdict? {
+            get { judgedBox?.verdict }
+            set { judgedBox = newValue.map(JudgedVerdict.init) }
+        }
+        /// `judged`, by reference: an upstream (and the tunnel that keeps it) holds one pointer,
+        /// not a verdict's worth of storage, when no verdict was taken in the handshake.
+        private var judgedBox: JudgedVerdict? = nil
+
+        init(connection: IO.Endpoint, address: SocketAddress, offer: ALPNOffer, started: TimeInterval, own: OwnUpstreams.Registration?) {
+            self.connection = connection
+            self.address = address
+            self.offer = offer
+            self.started = started
+            self.own = own
+        }
 
         /// Whether the server asked for the entry's client certificate and did not get it,
         /// having failed the verdict (report-only failures included).
@@ -227,9 +273,11 @@ final class ClientConnection<IO: ConnectionIO> {
         let applicationProtocol: ALPNProtocol?
         /// When the relay started (`ConnectionIO.now`).
         var relayStarted: TimeInterval = 0
-        var lastActivity: TimeInterval = 0
-        var bytesUp = 0
-        var bytesDown = 0
+        // Changed on every relay pass, by the connection's own callbacks on its loop, never in
+        // overlapping accesses: no run-time exclusivity checks on the hot path.
+        @exclusivity(unchecked) var lastActivity: TimeInterval = 0
+        @exclusivity(unchecked) var bytesUp = 0
+        @exclusivity(unchecked) var bytesDown = 0
         /// Directions whose source has stopped sending (and whose sink has been told so).
         var ended: Set<Direction> = []
         var closeReason = ""

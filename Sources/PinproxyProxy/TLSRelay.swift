@@ -47,15 +47,19 @@ public final class TLSRelay {
     private let loop: EventLoop
     private let client: TLSEndpoint
     private let upstream: TLSEndpoint
-    /// Each direction's state (`RelayFlow`), up then down. Its transition function calls
-    /// nothing back, so no access overlaps another: no run-time exclusivity checks.
-    @exclusivity(unchecked) private var flows: [RelayFlow]
+    /// Each direction's state (`RelayFlow`), in the relay itself (no array of its own). Its
+    /// transition function calls nothing back, so no access overlaps another: no run-time
+    /// exclusivity checks.
+    @exclusivity(unchecked) private var upFlow: RelayFlow
+    @exclusivity(unchecked) private var downFlow: RelayFlow
     /// The most plaintext one direction reads before its sink has taken it.
     private let readLimit: Int
     public var isClosed: Bool {
-        if case .closed = flows[0].state { true } else { false }
+        if case .closed = upFlow.state { true } else { false }
     }
-    public var onEvent: ((Event) -> Void)?
+    /// Set before `start` and cleared by `close`, read on every pass: no run-time exclusivity
+    /// checks.
+    @exclusivity(unchecked) public var onEvent: ((Event) -> Void)?
 
     /// The most records one direction relays in one pass before the loop serves others.
     static let recordsPerPass = 16
@@ -71,7 +75,8 @@ public final class TLSRelay {
         self.client = client
         self.upstream = upstream
         self.readLimit = max(1, min(readLimit, EventLoop.relayScratchBytes))
-        flows = [client, upstream].map { RelayFlow(buffered: $0.takePlaintext(), input: $0.hasBufferedInput ? .buffered : .socket) }
+        upFlow = RelayFlow(buffered: client.takePlaintext(), input: client.hasBufferedInput ? .buffered : .socket)
+        downFlow = RelayFlow(buffered: upstream.takePlaintext(), input: upstream.hasBufferedInput ? .buffered : .socket)
         for endpoint in [client, upstream] {
             endpoint.startRelaying(readBufferBytes: Self.readBufferBytes)
         }
@@ -119,9 +124,9 @@ public final class TLSRelay {
             pump(direction.other)
             guard !isClosed else { return }
         }
-        if case .ended(.queued) = flows[index(direction)].state {
+        if case .ended(.queued) = flow(direction).state {
             perform(transition(direction, .sinkWritable), in: direction)
-            if case .ended(.queued) = flows[index(direction)].state { return }
+            if case .ended(.queued) = flow(direction).state { return }
         }
         perform(transition(direction.other, .sourceWritable), in: direction.other)
         guard !isClosed else { return }
@@ -132,7 +137,7 @@ public final class TLSRelay {
 
     /// Feeds an event to the direction's state.
     private func transition(_ direction: Direction, _ event: RelayFlow.Event) -> RelayFlow.Action {
-        flows[index(direction)].handle(event)
+        direction == .up ? upFlow.handle(event) : downFlow.handle(event)
     }
 
     /// Does what the direction's state answered.
@@ -169,9 +174,8 @@ public final class TLSRelay {
     /// bytes, a close_notify or a read that must write wait for it.
     private func registerEvents() {
         guard !isClosed else { return }
-        let up = index(.up), down = index(.down)
-        client.watch(readable: flows[up].readsSource, writable: flows[down].needsSinkWritable || flows[up].needsSourceWritable)
-        upstream.watch(readable: flows[down].readsSource, writable: flows[up].needsSinkWritable || flows[down].needsSourceWritable)
+        client.watch(readable: upFlow.readsSource, writable: downFlow.needsSinkWritable || upFlow.needsSourceWritable)
+        upstream.watch(readable: downFlow.readsSource, writable: upFlow.needsSinkWritable || downFlow.needsSourceWritable)
     }
 
     // MARK: Moving bytes
@@ -198,7 +202,7 @@ public final class TLSRelay {
             relayed += count
             // Bytes queued for the sink before (from before the relay, or what its SSL must
             // send for a read of the other direction) leave first.
-            let queueBehind = sink.hasUnsentOutput || flows[index(direction.other)].needsSourceWritable
+            let queueBehind = sink.hasUnsentOutput || flow(direction.other).needsSourceWritable
             switch write(.scratch(count: count), in: direction, queueBehind: queueBehind) {
             case .written:
                 break
@@ -298,7 +302,7 @@ public final class TLSRelay {
     private func writePending(_ direction: Direction) {
         let sink = sink(of: direction)
         guard sink.flushUnsentOutput() else { return }
-        while case .waitingToWrite(let pending, let offset, _) = flows[index(direction)].state {
+        while case .waitingToWrite(let pending, let offset, _) = flow(direction).state {
             switch sink.write(pending, from: offset) {
             case .wrote(let count):
                 let action = transition(direction, .wrote(count: count))
@@ -335,7 +339,7 @@ public final class TLSRelay {
     /// Tells the direction's sink that nothing more comes (TLS close_notify), once the
     /// direction has ended; the other direction goes on.
     public func shutdownWrite(_ direction: Direction) {
-        guard case .ended(.notAsked) = flows[index(direction)].state else { return }
+        guard case .ended(.notAsked) = flow(direction).state else { return }
         TLSEndpoint.clearStaleErrors()
         defer { registerEvents() }
         _ = transition(direction, .shutdownWrite)
@@ -365,7 +369,7 @@ public final class TLSRelay {
 
     // MARK: Helpers
 
-    private func index(_ direction: Direction) -> Int { direction == .up ? 0 : 1 }
+    private func flow(_ direction: Direction) -> RelayFlow { direction == .up ? upFlow : downFlow }
 
     private func source(of direction: Direction) -> TLSEndpoint { direction == .up ? client : upstream }
 
