@@ -9,7 +9,10 @@ to pinproxy, which pins, refuses inside TLS, or relays.
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import textwrap
+import threading
 
 import pytest
 
@@ -199,3 +202,57 @@ def test_a_direct_connection_to_the_listener_is_refused(capture, pki):
     assert origin.connections == 0
     line = proxy.wait_for_log(lambda l: l.get("event") == "connection")
     assert (line.get("reason"), line.get("listener")) == ("capture-loop", "transparent"), line.raw
+
+
+def resetting_origin(capture):
+    """A TCP server on 127.0.0.1:443 in the namespace that answers every connection with a
+    reset (SO_LINGER 0, no FIN); the peers it accepted, in order."""
+    server = capture.ns.call(socket.create_server, ("127.0.0.1", 443))
+    peers: list[tuple[str, int]] = []
+
+    def serve():
+        while True:
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                return
+            peers.append(peer)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, peers
+
+
+def test_a_client_reusing_the_port_of_an_exempt_connection_that_was_reset_is_still_captured(capture, pki):
+    # An exempt connection (root's, like pinproxy's own upstreams) that the server ended with a
+    # reset leaves its conntrack entry in CLOSE for 10 s, with no NAT. A captured client whose
+    # connection has the same addresses and ports (the kernel gives the port out again: no
+    # socket holds it) must still be sent to the listener, not matched to that entry and let
+    # through to the server uncaptured.
+    server, peers = resetting_origin(capture)
+    try:
+        proxy = capture.proxy(hosts=pinned_hosts(pki))
+        proxy.lock()
+
+        def exempt_connection_reset_by_the_server() -> int:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", 0))
+                s.settimeout(10)
+                with pytest.raises(ConnectionResetError):
+                    s.connect(("127.0.0.1", 443))
+                    while s.recv(1):
+                        pass
+                return s.getsockname()[1]
+
+        port = capture.ns.call(exempt_connection_reset_by_the_server)
+        assert peers == [("127.0.0.1", port)]
+        fetched = capture.curl("https://api.test/small", capture.ca(proxy), "api.test:443:127.0.0.1", "--local-port", str(port))
+        assert [peer for peer in peers if peer[1] == port] == [("127.0.0.1", port)], \
+            f"the captured client reached the server straight, around the egress lock: {peers}; {fetched}"
+        line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "api.test")
+        assert line.get("listener") == "transparent" and line.get("outcome") == "refused", line.raw
+        assert "pinproxy refused api.test:443" in fetched.body, f"{fetched}"
+    finally:
+        server.close()
