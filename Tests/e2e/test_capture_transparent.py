@@ -256,3 +256,57 @@ def test_a_client_reusing_the_port_of_an_exempt_connection_that_was_reset_is_sti
         assert "pinproxy refused api.test:443" in fetched.body, f"{fetched}"
     finally:
         server.close()
+
+
+#: As a captured client: connects from a port of its own to 127.0.0.1:443 (sent to the
+#: listener) and sends far more than a ClientHello, not TLS: pinproxy refuses it and closes
+#: with bytes unread, a reset. Prints its port, then how the connection ended.
+NOT_TLS_CLIENT = """
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+s.settimeout(10)
+s.connect(("127.0.0.1", 443))
+try:
+    s.sendall(b"GET / HTTP/1.0\\r\\n" + b"x" * 4_000_000)
+    while s.recv(65536):
+        pass
+    print("closed", flush=True)
+except ConnectionResetError:
+    print("reset", flush=True)
+"""
+
+
+def test_an_exempt_connection_reusing_the_port_of_a_captured_one_that_was_reset_goes_straight_out(capture, pki):
+    # The other way round: a captured connection the listener ended with a reset leaves an entry
+    # redirected to the listener; an exempt connection with the same addresses and ports must
+    # reach its server, not that listener.
+    server, peers = resetting_origin(capture)
+    try:
+        proxy = capture.proxy(hosts=pinned_hosts(pki))
+        proxy.lock()
+        p = capture.client(["python3", "-c", NOT_TLS_CLIENT])
+        port_text, ending = p.stdout.split()
+        assert ending == "reset", f"{p.stdout}\n{p.stderr}"
+        port = int(port_text)
+        proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("reason") == "bad-request")
+
+        def exempt_connection() -> str:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                s.settimeout(10)
+                try:
+                    s.connect(("127.0.0.1", 443))
+                    while s.recv(1):
+                        pass
+                    return "closed"
+                except ConnectionResetError:  # the resetting server's answer
+                    return "reset"
+
+        ending = capture.ns.call(exempt_connection)
+        assert peers == [("127.0.0.1", port)] and ending == "reset", \
+            f"the exempt connection did not reach its server ({ending}; the server saw {peers})\n{proxy.describe()}"
+    finally:
+        server.close()
