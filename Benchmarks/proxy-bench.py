@@ -37,7 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as b  # noqa: E402
 
 
-def curl(args, url, ca, proxy_port, as_nobody=False):
+def curl(args, url, ca, proxy_port, as_nobody=False, expect_error=False):
+    """Runs curl; returns its output and its wall seconds. curl's errors (one line per failed
+    transfer) are logged unless one is expected."""
     command = ["curl", "--http1.1", "-sS", "--cacert", ca, "--max-time", "120", *args]
     command += ["-x", f"http://127.0.0.1:{proxy_port}"] if proxy_port else ["--noproxy", "*"]
     if as_nobody:  # not exempt from the egress lock: captured
@@ -45,6 +47,9 @@ def curl(args, url, ca, proxy_port, as_nobody=False):
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     started = time.monotonic()
     result = subprocess.run(command + [url], capture_output=True, text=True, env=env, timeout=600)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("curl: (")]
+    if errors and not expect_error:
+        b.log(f"curl exited {result.returncode}: " + "; ".join(errors))
     return result.stdout, time.monotonic() - started
 
 
@@ -79,6 +84,7 @@ class Bench:
         if options.instructions:
             subprocess.run(["callgrind_control", "-i", "on", str(self.daemon.pid)], check=True, capture_output=True)
         self.results = {}  # (figure, peer) -> [values]
+        self.answered = {}  # peer -> [new connections made, not answered 200]
 
     def url(self, path):
         return f"https://localhost:{self.origin.port}{path}"
@@ -107,7 +113,7 @@ class Bench:
             if out != "200":
                 raise SystemExit(f"{name}: sanity request answered {out!r}")
         out, _ = curl(["-o", "/dev/null", "-w", "%{http_connect}"], f"https://localhost:{self.origin.altkey_port}/small.txt",
-                      self.daemon.ca_path, self.daemon.port)
+                      self.daemon.ca_path, self.daemon.port, expect_error=True)
         if out != "403":
             raise SystemExit(f"pinproxy did not refuse the pin-mismatch origin (answered {out!r})")
         # Warm-up: minted leaf, upstream session, allocator.
@@ -119,16 +125,27 @@ class Bench:
 
     def new_connections(self, run, conc):
         n = self.options.n_new
-        args = ["--no-sessionid", "-H", "Connection: close", "-o", "/dev/null", "-w", "%{http_code} %{time_total}\n"]
+        # Per transfer: its status, its time, and for a failure curl's exit code, error and local port.
+        args = ["--no-sessionid", "-H", "Connection: close", "-o", "/dev/null", "-w",
+                "%{http_code} %{time_total} %{exitcode} %{local_port} %{errormsg}\n"]
         if conc > 1:
             args += ["--parallel", "--parallel-immediate", "--parallel-max", str(conc)]
         figure = f"new{conc}"
         for name, port, ca, captured in rotate(self.peers(), run):
             (out, _), cpu, wall = self.measured(port, lambda: curl(args, self.url(f"/small.txt?n=[1-{n}]"), ca, port, captured))
-            lines = [line.split() for line in out.splitlines() if line.strip()]
-            ok = [float(t) for code, t in lines if code == "200"]
+            lines = [line.split(maxsplit=4) for line in out.splitlines() if line.strip()]
+            ok = [float(fields[1]) for fields in lines if fields[0] == "200"]
+            counts = self.answered.setdefault(name, [0, 0])
+            counts[0] += n
+            counts[1] += n - len(ok)
             if len(ok) != n:
                 b.log(f"WARNING {name} {figure}: {len(ok)} of {n} requests answered 200")
+                for fields in lines:
+                    if fields[0] != "200":
+                        code, seconds, exitcode, local_port, error = (fields + [""] * 5)[:5]
+                        # curl trusts pinproxy's CA alone: 60 is the origin's own certificate, met around the lock.
+                        around = " (the origin's own certificate: around the egress lock)" if captured and exitcode == "60" else ""
+                        b.log(f"  not 200: status {code} after {seconds} s, curl exit {exitcode}, local port {local_port}: {error}{around}")
             self.record(f"{figure}_rps", name, len(ok) / wall)
             if conc == 1:
                 self.record("new1_latency_ms", name, 1000 * statistics.mean(ok) if ok else float("nan"))
@@ -276,6 +293,8 @@ class Bench:
                 t = self.results.get((key, "transparent"))
                 line += f" {statistics.median(t):.3g} | {statistics.median(t) / p:.3f}× |" if t else " – | – |"
             print(line)
+        if self.answered:
+            print("\nnew connections not answered 200: " + ", ".join(f"{name} {lost} of {made}" for name, (made, lost) in self.answered.items()))
 
     def close(self):
         self.daemon.stop()

@@ -105,7 +105,15 @@ final class CaptureConfigTests: XCTestCase {
         // Created, deleted and defined in one transaction: applying twice leaves one table.
         XCTAssertTrue(text.contains("\ntable inet pinproxy\ndelete table inet pinproxy\ntable inet pinproxy {\n"), text)
         XCTAssertTrue(text.contains("\tcomment \"pinproxy egress lock \(rules.fingerprint)\"\n"), text)
+        // Captured connections get a conntrack zone of their own before conntrack sees them:
+        // never matched to an exempt connection's entry (no NAT) with the same ports.
         XCTAssertTrue(text.contains("""
+            \tchain capture_zone {
+            \t\ttype filter hook output priority raw; policy accept;
+            \t\tmeta skuid 998 return
+            \t\tfib daddr type local return
+            \t\ttcp dport 443 ct original zone set 61443
+            \t}
             \tchain capture_tcp {
             \t\ttype nat hook output priority -100; policy accept;
             \t\tmeta skuid 998 return

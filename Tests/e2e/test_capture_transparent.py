@@ -9,7 +9,10 @@ to pinproxy, which pins, refuses inside TLS, or relays.
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import textwrap
+import threading
 
 import pytest
 
@@ -199,3 +202,111 @@ def test_a_direct_connection_to_the_listener_is_refused(capture, pki):
     assert origin.connections == 0
     line = proxy.wait_for_log(lambda l: l.get("event") == "connection")
     assert (line.get("reason"), line.get("listener")) == ("capture-loop", "transparent"), line.raw
+
+
+def resetting_origin(capture):
+    """A TCP server on 127.0.0.1:443 in the namespace that answers every connection with a
+    reset (SO_LINGER 0, no FIN); the peers it accepted, in order."""
+    server = capture.ns.call(socket.create_server, ("127.0.0.1", 443))
+    peers: list[tuple[str, int]] = []
+
+    def serve():
+        while True:
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                return
+            peers.append(peer)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, peers
+
+
+def test_a_client_reusing_the_port_of_an_exempt_connection_that_was_reset_is_still_captured(capture, pki):
+    # An exempt connection (root's, like pinproxy's own upstreams) that the server ended with a
+    # reset leaves its conntrack entry in CLOSE for 10 s, with no NAT. A captured client whose
+    # connection has the same addresses and ports (the kernel gives the port out again: no
+    # socket holds it) must still be sent to the listener, not matched to that entry and let
+    # through to the server uncaptured.
+    server, peers = resetting_origin(capture)
+    try:
+        proxy = capture.proxy(hosts=pinned_hosts(pki))
+        proxy.lock()
+
+        def exempt_connection_reset_by_the_server() -> int:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", 0))
+                s.settimeout(10)
+                with pytest.raises(ConnectionResetError):
+                    s.connect(("127.0.0.1", 443))
+                    while s.recv(1):
+                        pass
+                return s.getsockname()[1]
+
+        port = capture.ns.call(exempt_connection_reset_by_the_server)
+        assert peers == [("127.0.0.1", port)]
+        fetched = capture.curl("https://api.test/small", capture.ca(proxy), "api.test:443:127.0.0.1", "--local-port", str(port))
+        assert [peer for peer in peers if peer[1] == port] == [("127.0.0.1", port)], \
+            f"the captured client reached the server straight, around the egress lock: {peers}; {fetched}"
+        line = proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("host") == "api.test")
+        assert line.get("listener") == "transparent" and line.get("outcome") == "refused", line.raw
+        assert "pinproxy refused api.test:443" in fetched.body, f"{fetched}"
+    finally:
+        server.close()
+
+
+#: As a captured client: connects from a port of its own to 127.0.0.1:443 (sent to the
+#: listener) and sends far more than a ClientHello, not TLS: pinproxy refuses it and closes
+#: with bytes unread, a reset. Prints its port, then how the connection ended.
+NOT_TLS_CLIENT = """
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+s.settimeout(10)
+s.connect(("127.0.0.1", 443))
+try:
+    s.sendall(b"GET / HTTP/1.0\\r\\n" + b"x" * 4_000_000)
+    while s.recv(65536):
+        pass
+    print("closed", flush=True)
+except ConnectionResetError:
+    print("reset", flush=True)
+"""
+
+
+def test_an_exempt_connection_reusing_the_port_of_a_captured_one_that_was_reset_goes_straight_out(capture, pki):
+    # The other way round: a captured connection the listener ended with a reset leaves an entry
+    # redirected to the listener; an exempt connection with the same addresses and ports must
+    # reach its server, not that listener.
+    server, peers = resetting_origin(capture)
+    try:
+        proxy = capture.proxy(hosts=pinned_hosts(pki))
+        proxy.lock()
+        p = capture.client(["python3", "-c", NOT_TLS_CLIENT])
+        port_text, ending = p.stdout.split()
+        assert ending == "reset", f"{p.stdout}\n{p.stderr}"
+        port = int(port_text)
+        proxy.wait_for_log(lambda l: l.get("event") == "connection" and l.get("reason") == "bad-request")
+
+        def exempt_connection() -> str:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                s.settimeout(10)
+                try:
+                    s.connect(("127.0.0.1", 443))
+                    while s.recv(1):
+                        pass
+                    return "closed"
+                except ConnectionResetError:  # the resetting server's answer
+                    return "reset"
+
+        ending = capture.ns.call(exempt_connection)
+        assert peers == [("127.0.0.1", port)] and ending == "reset", \
+            f"the exempt connection did not reach its server ({ending}; the server saw {peers})\n{proxy.describe()}"
+    finally:
+        server.close()

@@ -85,6 +85,15 @@ public struct EgressRuleset: Sendable {
         return addresses
     }
 
+    /// The conntrack zone of the captured connections' original direction (`capture_zone`,
+    /// before conntrack): conntrack decides NAT at a connection's first packet only, so a
+    /// captured connection matched to the entry of an earlier exempt one with the same
+    /// addresses and ports (the kernel gives a source port out again as soon as no socket holds
+    /// it; an entry that ended in a reset stays 10 s and takes no SYN as a new connection) would
+    /// go out unredirected. In a zone of their own they never meet the exempt connections'
+    /// entries, nor these theirs; replies are looked up in the default zone as before.
+    public static let captureZone: UInt16 = 61443
+
     /// One line saying what is captured.
     public var summary: String {
         let ports = capture.ports.map(String.init).joined(separator: ",")
@@ -134,7 +143,10 @@ public struct EgressRuleset: Sendable {
             "table \(Self.table) {",
         ]
         let head = lines.joined(separator: "\n") + "\n"
-        lines = [
+        lines = ["\tchain capture_zone {", "\t\ttype filter hook output priority raw; policy accept;"]
+        lines += skip.map { "\t\t\($0)" }
+        lines += ["\t\ttcp dport \(ports) ct original zone set \(Self.captureZone)", "\t}"]
+        lines += [
             "\tchain capture_tcp {",
             "\t\ttype nat hook output priority -100; policy accept;",
         ]
