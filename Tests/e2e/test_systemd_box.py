@@ -647,11 +647,17 @@ def test_upgrade_keeps_config_edits_and_restarts_only_a_running_service(box, wor
     edited = box.out("cat", CONFIG)
     assert edited.startswith("# pinproxy box test")
     before = box.unit("pinproxy.service", "InvocationID")["InvocationID"]
+    # An older version's lock: one chain of today's rules missing from the live table.
+    box.run("nft", "delete", "chain", "inet", "pinproxy", "capture_zone", check=True)
+    stale = box.run("pinproxy", "egress", "status", "--config", CONFIG)
+    assert stale.returncode == 4 and "not what" in stale.stdout, stale
     same = box.run("apt-get", "install", "-y", "--reinstall", str(work / deb.name), timeout=300)
     assert same.returncode == 0, same.stdout[-2000:] + same.stderr[-2000:]
     assert box.out("cat", CONFIG) == edited
     after = box.wait_active("pinproxy.service")["InvocationID"]
     assert after != before, "the running service was not restarted by the upgrade over itself"
+    loaded = box.run("pinproxy", "egress", "status", "--config", CONFIG)
+    assert "egress lock: on:" in loaded.stdout and "not what" not in loaded.stdout, f"the upgrade left the old rules: {loaded}"
 
     version = box.out("dpkg-query", "-W", "-f=${Version}", "pinproxy").strip()
     newer = repack(deb, work, version.rsplit("-", 1)[0] + "-1+boxtest1")
