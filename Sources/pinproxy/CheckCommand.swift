@@ -25,10 +25,14 @@ struct CheckCommand: ParsableCommand {
         if let user {
             try CheckAsUser(user: user, config: options.source.path.map { URL(fileURLWithPath: $0).standardizedFileURL.path } ?? "-").run()
         }
+        // Counted on another core while the config loads (parsing every certificate of the
+        // bundle is 0.1 s); nothing is left reading on return, as OpenSSL's exit handler requires.
+        let systemStore = InBackground { TrustStore.systemStoreContents() }
+        defer { _ = systemStore.result() }
         let config = try options.loadOrExit { [options] error in
             "\(options.source.name): \(error.diagnostics.count) error(s); the config is rejected"
         }
-        let environment = ClientIdentityEnvironment.problems(in: config) + HostChecks.problems(in: config)
+        let environment = ClientIdentityEnvironment.problems(in: config) + HostChecks.problems(in: config, systemStore: systemStore.result())
         let environmentErrors = environment.filter { $0.severity == .error }
         if !environmentErrors.isEmpty {
             for error in environmentErrors { printError(error.description) }

@@ -7,9 +7,9 @@ import PinproxyCore
 /// start, a reload or `egress apply` would find here. Errors are what one of them refuses;
 /// warnings name this host's state.
 enum HostChecks {
-    /// Every problem of `config` on this host.
-    static func problems(in config: Config) -> [Diagnostic] {
-        exemptUserProblems(config) + loopbackProblems(config) + systemStoreProblems(config)
+    /// Every problem of `config` on this host, whose system store holds `systemStore`.
+    static func problems(in config: Config, systemStore: @autoclosure () -> TrustStore.SystemStoreContents) -> [Diagnostic] {
+        exemptUserProblems(config) + loopbackProblems(config) + systemStoreProblems(config, store: systemStore())
     }
 
     /// With `transparent_listen` set, each `capture.exempt_users` name that is no user here:
@@ -44,7 +44,7 @@ enum HostChecks {
 
     /// `trust = "system"` (or a list with "system") where the system store is missing or empty:
     /// every chain such an entry checks is refused (untrusted-chain).
-    static func systemStoreProblems(_ config: Config) -> [Diagnostic] {
+    static func systemStoreProblems(_ config: Config, store: @autoclosure () -> TrustStore.SystemStoreContents) -> [Diagnostic] {
         let users = ([config.policies.defaultEntry] + config.policies.entries).filter { entry in
             guard entry.policy.action == .verify, entry.policy.mode == .intercept else { return false }
             switch entry.policy.trust {
@@ -53,7 +53,7 @@ enum HostChecks {
             }
         }
         guard let first = users.first else { return [] }
-        let store = TrustStore.systemStoreContents()
+        let store = store()
         guard store.certificates == 0 else { return [] }
         let state = store.exists ? "\(store.location) holds no certificate" : "there is no \(store.location)"
         let who = users.count == 1 ? first.name : "\(first.name) and \(users.count - 1) more entr\(users.count == 2 ? "y" : "ies")"

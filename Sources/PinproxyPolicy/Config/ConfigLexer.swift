@@ -31,6 +31,8 @@ struct ConfigLexer {
         let line: Int
         /// `[[…]]`: an element of an array of tables.
         let isArrayElement: Bool
+        /// The offset of its `[` in the text.
+        let offset: Int
     }
 
     /// A key written at the start of a line (keys inside inline tables share their line with
@@ -47,6 +49,8 @@ struct ConfigLexer {
     private var line = 1
     private(set) var headers: [Header] = []
     private(set) var keys: [Key] = []
+    /// Headers read but not in `headers` (no key path could be taken from them).
+    private(set) var unrecordedHeaders = 0
     /// The number of parts of the current table's path.
     private var tableDepth = 0
     /// The depth of every array and inline table open in the statement being read.
@@ -97,7 +101,7 @@ struct ConfigLexer {
 
     /// `[path]` or `[[path]]`, which the keys below belong to.
     private mutating func header() throws(Refusal) {
-        let headerLine = line
+        let headerLine = line, headerOffset = index
         index += 1
         let isArrayElement = index < text.count && text[index] == .openBracket
         if isArrayElement { index += 1 }
@@ -110,9 +114,12 @@ struct ConfigLexer {
         let depth = try keyPath()
         if depth > Self.nestingLimit { throw tooDeep(headerLine, "a table header") }
         var position = start
-        guard depth > 0, let path = Self.parseKeyPath(text, &position, index) else { return }
+        guard depth > 0, let path = Self.parseKeyPath(text, &position, index) else {
+            unrecordedHeaders += 1
+            return
+        }
         tableDepth = depth
-        headers.append(Header(path: path, line: headerLine, isArrayElement: isArrayElement))
+        headers.append(Header(path: path, line: headerLine, isArrayElement: isArrayElement, offset: headerOffset))
     }
 
     /// The rest of a statement, through its line break: values, and the arrays and inline

@@ -62,16 +62,14 @@ public enum ConfigLoader {
     /// Checks config `text`, naming it `path` in diagnostics and resolving relative paths in
     /// `directory`.
     public static func load(text: String, path: String, directory: String, now: Date = Date()) throws(ConfigError) -> Config {
-        // One pass over the text (`ConfigLexer`): text toml++ would abort or overflow its stack
-        // on never reaches it, and the lines of headers and keys are recorded.
-        let source: ConfigSource
-        switch ConfigSource.read(text) {
-        case .success(let read): source = read
-        case .failure(let refusal):
-            throw ConfigError(diagnostics: [Diagnostic(file: path, line: refusal.line, severity: .error, message: refusal.message)])
-        }
-        // While TOMLKit parses, other cores read the system trust store and the public suffix
-        // list, and this thread works out what the host keys alone tell.
+        try load(text: text, path: path, directory: directory, now: now, splitMinimumBytes: ConfigSource.splitMinimumBytes)
+    }
+
+    /// `load(text:path:directory:now:)`, parsing in two parts from `splitMinimumBytes` of text
+    /// (`Int.max`: never): for tests, which compare the two.
+    static func load(text: String, path: String, directory: String, now: Date, splitMinimumBytes: Int) throws(ConfigError) -> Config {
+        // While this thread reads the text (`ConfigLexer`, serial) and TOMLKit parses, other
+        // cores read the system trust store and the public suffix list.
         let systemStore = InBackground { Result<TrustStore, Error> { try TrustStore.system() } }
         let publicSuffixes = InBackground { Result { () throws(PublicSuffixListError) in try PublicSuffixList.loadSystem() } }
         // Nothing is left running on return: the process may exit right after, and OpenSSL's
@@ -80,19 +78,55 @@ public enum ConfigLoader {
             _ = systemStore.result()
             _ = publicSuffixes.result()
         }
+        // Then one pass over the text (`ConfigLexer`): text toml++ would abort or overflow its stack
+        // on never reaches it, and the lines of headers and keys are recorded.
+        let source: ConfigSource
+        switch ConfigSource.read(text) {
+        case .success(let read): source = read
+        case .failure(let refusal):
+            throw ConfigError(diagnostics: [Diagnostic(file: path, line: refusal.line, severity: .error, message: refusal.message)])
+        }
         // TOMLKit parses on a worker thread, which glibc gives a malloc arena of its own: the
         // document's nodes, freed later on another core (`ConfigDecoder.release`), then never
         // contend for the arena this thread allocates from (90 ms of 0.8 s at 100,000 entries).
-        let parse = InBackground { ConfigDecoder.parse(text, path: path) }
-        let hostKeys = source.hostKeys()
-        let parsing = parse.result()
-        let document: TOMLTable
-        switch parsing {
-        case .success(let parsed): document = parsed
-        case .failure(let error): throw error
+        // A large text whose second half holds only host tables is parsed in two parts, one
+        // per thread (`ConfigSource.splitOffset`); the second part's hosts join the first's.
+        let parse: InBackground<Result<TOMLTable, ConfigError>>
+        var secondParse: InBackground<Result<TOMLTable, ConfigError>>?
+        let split = source.split(minimumBytes: splitMinimumBytes)
+        if let split {
+            let middle = text.utf8.index(text.utf8.startIndex, offsetBy: split.offset)
+            let first = String(text[..<middle]), second = String(text[middle...])
+            parse = InBackground { ConfigDecoder.parse(first, path: path) }
+            secondParse = InBackground { ConfigDecoder.parse(second, path: path) }
+        } else {
+            parse = InBackground { ConfigDecoder.parse(text, path: path) }
         }
-        defer { ConfigDecoder.release(document) }
-        var load = Load(source: source, hostKeys: hostKeys, files: PolicyFiles(directory: directory, now: now, systemStore: { systemStore.result() }))
+        // Meanwhile this thread works out what the host keys alone tell.
+        let hostKeys = source.hostKeys()
+        let document: TOMLTable
+        var secondDocument: TOMLTable?
+        switch (parse.result(), secondParse?.result()) {
+        case (.success(let parsed), nil):
+            document = parsed
+        case (.success(let parsed), .success(let secondParsed)?):
+            document = parsed
+            secondDocument = secondParsed
+        case (let first, let second):
+            // A part did not parse: the whole text is parsed again, so that a syntax error is
+            // reported as the one parse reports it (message and line).
+            for case .success(let parsed) in [first, second] { ConfigDecoder.release(parsed) }
+            switch ConfigDecoder.parse(text, path: path) {
+            case .success(let parsed): document = parsed
+            case .failure(let error): throw error
+            }
+        }
+        defer {
+            ConfigDecoder.release(document)
+            if let secondDocument { ConfigDecoder.release(secondDocument) }
+        }
+        var load = Load(source: source, hostKeys: hostKeys, secondHosts: secondDocument?["hosts"]?.table, secondFromLine: split?.line ?? Int.max,
+                        files: PolicyFiles(directory: directory, now: now, systemStore: { systemStore.result() }))
         let config = load.config(document, path: path)
         let diagnostics = load.findings.map { load.diagnostic($0, path: path) }
         guard let config, !load.findings.hasErrors else {
@@ -124,6 +158,10 @@ private struct Load {
     let source: ConfigSource
     /// The host keys of the source's `[hosts."…"]` headers.
     let hostKeys: HostKeys
+    /// The `hosts` table of the second part when the text was parsed in two.
+    let secondHosts: TOMLTable?
+    /// The line the second part starts at (`Int.max` when parsed whole).
+    let secondFromLine: Int
     var files: PolicyFiles
     var findings: [Finding] = []
 
@@ -158,10 +196,11 @@ private struct Load {
         findings = decoder.findings + findings
 
         var hosts: (entries: [PolicyEntry], positions: PolicyTable.Positions?) = ([], nil)
-        if document["hosts"] != nil {
+        if document["hosts"] != nil || secondHosts != nil {
             var hostsDecoder = ConfigDecoder()
-            if let table = hostsDecoder.table("hosts", in: document) {
-                hosts = decodeHosts(table, proxy: proxy)
+            let first = document["hosts"] == nil ? nil : hostsDecoder.table("hosts", in: document)
+            if document["hosts"] == nil || first != nil {
+                hosts = decodeHosts(HostTables(parts: [first, secondHosts].compactMap { $0 }, secondFromLine: secondFromLine), proxy: proxy)
             }
             findings += hostsDecoder.findings
         }
@@ -264,7 +303,7 @@ private struct Load {
     /// Usually every entry has its own `[hosts."…"]` header and the keys come from the source scan,
     /// worked out already; entries written otherwise (inline tables, dotted keys) send the
     /// loader to TOMLKit's keys, sorted by line.
-    mutating func decodeHosts(_ table: TOMLTable, proxy: ProxySettings)
+    mutating func decodeHosts(_ table: HostTables, proxy: ProxySettings)
         -> (entries: [PolicyEntry], positions: PolicyTable.Positions?) {
         var hosts = hostKeys
         var entries: [PolicyEntry]?
@@ -284,7 +323,7 @@ private struct Load {
 
     /// Every stage for the entries named by `keys`, on every core in file-ordered slices, merged
     /// back in order with their findings; nil (and nothing reported) when a key is not in `table`.
-    mutating func hostEntries(_ keys: [HostKeys.Key], in table: TOMLTable, proxy: ProxySettings) -> [PolicyEntry]? {
+    mutating func hostEntries(_ keys: [HostKeys.Key], in table: HostTables, proxy: ProxySettings) -> [PolicyEntry]? {
         typealias Slice = (entries: [PolicyEntry], findings: [Finding])
         let sliceCount = min(ProcessInfo.processInfo.activeProcessorCount, max(1, keys.count / Self.entriesPerSlice))
         let shared = UncheckedSendable(value: (table: table, files: files, keys: keys))
@@ -306,7 +345,7 @@ private struct Load {
     }
 
     /// Every stage for the hosts of one slice, in order; nil when a key is not in `table`.
-    static func hostSlice(_ slice: ArraySlice<HostKeys.Key>, in table: TOMLTable, proxy: ProxySettings,
+    static func hostSlice(_ slice: ArraySlice<HostKeys.Key>, in table: HostTables, proxy: ProxySettings,
                           files template: PolicyFiles) -> (entries: [PolicyEntry], findings: [Finding])? {
         var decoder = ConfigDecoder()
         var files = template
@@ -314,7 +353,7 @@ private struct Load {
         var findings: [Finding] = []
         entries.reserveCapacity(slice.count)
         for host in slice {
-            guard let value = table[host.key] else { return nil }
+            guard let value = table[host.key, line: host.line] else { return nil }
             let keyPath = ["hosts", host.key]
             let name = displayKeyPath(keyPath)
             guard let entryTable = value.table else {
@@ -336,4 +375,20 @@ private struct Load {
         let line = finding.element.map { source.line(of: finding.keyPath, containing: "\"\($0)\"") } ?? source.line(of: finding.keyPath)
         return Diagnostic(file: path, line: line, severity: finding.severity, message: finding.message)
     }
+}
+
+/// The `hosts` table, in one part or (parsed in two) two, whose keys are distinct.
+struct HostTables {
+    let parts: [TOMLTable]
+    /// The line the second part starts at: a key written from there is looked up there first.
+    let secondFromLine: Int
+
+    subscript(key: String, line line: Int) -> TOMLValueConvertible? {
+        if parts.count > 1 && line >= secondFromLine, let value = parts[1][key] { return value }
+        for part in parts { if let value = part[key] { return value } }
+        return nil
+    }
+
+    var count: Int { parts.reduce(0) { $0 + $1.count } }
+    var keys: [String] { parts.flatMap(\.keys) }
 }

@@ -11,6 +11,7 @@ final class ConfigSource: @unchecked Sendable {
     private let text: [UInt8]
     private let headers: [ConfigLexer.Header]
     private let keys: [ConfigLexer.Key]
+    private let unrecordedHeaders: Int
     /// Every header and key line by path, built on first use (by whichever thread asks first).
     private let builtLines = Locked<Lines?>(nil)
     private var lines: Lines {
@@ -34,6 +35,49 @@ final class ConfigSource: @unchecked Sendable {
         self.text = text
         headers = lexer.headers
         keys = lexer.keys
+        unrecordedHeaders = lexer.unrecordedHeaders
+    }
+
+    /// Texts shorter than this are parsed whole: a second parse thread is not worth it.
+    static let splitMinimumBytes = 1 << 20
+
+    /// Where the text may be parsed as two documents, one after the other, that together are
+    /// the whole: the offset of a `[hosts."X"]` header near the middle, or nil. Only when it is
+    /// safe to: from that header on, every header is a `[hosts."X"]` table or one below it
+    /// (no `[[…]]`, no other table), the text before it writes nothing into `hosts` but through
+    /// such headers (no `[hosts]`, no top-level `hosts` key, dotted or inline), and no host key
+    /// has headers on both sides. Every header and key was recorded by the lexer; the parse of
+    /// each part, if either fails, is redone on the whole text (so syntax errors are the
+    /// whole parse's).
+    func splitOffset(minimumBytes: Int = splitMinimumBytes) -> Int? {
+        split(minimumBytes: minimumBytes)?.offset
+    }
+
+    /// `splitOffset(minimumBytes:)` and the line of the header there.
+    func split(minimumBytes: Int = splitMinimumBytes) -> (offset: Int, line: Int)? {
+        guard text.count >= minimumBytes, unrecordedHeaders == 0 else { return nil }
+        let middle = text.count / 2
+        guard let split = headers.firstIndex(where: { $0.offset >= middle && Self.isHostHeader($0) && $0.path.count == 2 }),
+              headers[split].offset <= text.count - text.count / 4 else { return nil }
+        var secondKeys = Set<String>()
+        for header in headers[split...] {
+            guard Self.isHostHeader(header) else { return nil }
+            secondKeys.insert(header.path[1])
+        }
+        for header in headers[..<split] where header.path[0] == "hosts" {
+            guard Self.isHostHeader(header), !secondKeys.contains(header.path[1]) else { return nil }
+        }
+        for key in keys {
+            guard key.header < 0 else { break }
+            var position = key.bytes.lowerBound
+            guard let path = ConfigLexer.parseKeyPath(text, &position, key.bytes.upperBound), path.first != "hosts" else { return nil }
+        }
+        return (headers[split].offset, headers[split].line)
+    }
+
+    /// `[hosts."X"]` or a table below it.
+    private static func isHostHeader(_ header: ConfigLexer.Header) -> Bool {
+        header.path.count >= 2 && header.path[0] == "hosts" && !header.isArrayElement
     }
 
     /// The `[hosts."…"]` tables written with their own header, in file order, with what their

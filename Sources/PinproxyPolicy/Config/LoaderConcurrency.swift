@@ -2,11 +2,11 @@ import Dispatch
 import PinproxyCore
 
 /// A value computed on another thread while the caller goes on.
-final class InBackground<Value>: @unchecked Sendable {
+public final class InBackground<Value>: @unchecked Sendable {
     private var value: Value?
     private let done = DispatchGroup()
 
-    init(_ work: @escaping @Sendable () -> Value) {
+    public init(_ work: @escaping @Sendable () -> Value) {
         done.enter()
         DispatchQueue.global().async { [self] in
             value = work()
@@ -15,7 +15,7 @@ final class InBackground<Value>: @unchecked Sendable {
     }
 
     /// Waits for the value.
-    func result() -> Value {
+    public func result() -> Value {
         done.wait()
         return value!  // Unreachable nil: the work stores the value before `leave`, which `wait` waited for.
     }

@@ -129,6 +129,11 @@ func displayKeyPath(_ keyPath: [String]) -> String {
         if !result.isEmpty { result += "." }
         if !key.isEmpty && key.utf8.allSatisfy(ConfigLexer.isBareKeyByte) {
             result += key
+        } else if !key.utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "\"") }) {
+            // Nothing to escape (every host key of a usual config): the key in one piece.
+            result += "\""
+            result += key
+            result += "\""
         } else {
             result += "\""
             for character in key.unicodeScalars {
