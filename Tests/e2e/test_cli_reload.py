@@ -43,6 +43,9 @@ def test_a_restart_only_change_is_said_by_reload_with_its_own_exit_status(make_p
     assert r.returncode == 3 and 'has action = "allow-insecure"' in r.stderr, r  # metrics_listen still pending
     p.stop()
     p.start()
+    # The port accepts before the daemon writes its pid file (once SIGHUP is handled).
+    pid_file = p.dir / "pinproxy.pid"
+    poll(lambda: pid_file.exists() and pid_file.read_text().strip() == str(p.pid), what="the new daemon's pid file")
     r = reload(pinproxy, p.config_path)
     assert r.returncode == 0 and "ok, with 1 warning(s)" in r.stdout, r
     assert f'{p.config_path}:' in r.stderr and 'has action = "allow-insecure"' in r.stderr, r
