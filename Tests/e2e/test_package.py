@@ -210,6 +210,8 @@ echo "$(basename "$0") $*" >> "$STUB_LOG"
 case "$(basename "$0") $*" in
     "getent passwd pinproxy") [ -n "${STUB_USER_EXISTS:-}" ] || exit 2; echo "pinproxy:x:999:999::/var/lib/pinproxy:/usr/sbin/nologin" ;;
     "nft list table inet pinproxy") [ -n "${STUB_NFT_TABLE:-}" ] || exit 1 ;;
+    "systemctl --quiet is-active pinproxy-egress.service") [ -n "${STUB_EGRESS_ON:-}" ] || exit 3 ;;
+    "systemctl reload pinproxy-egress.service") [ -z "${STUB_EGRESS_RELOAD_FAILS:-}" ] || exit 1 ;;
 esac
 exit 0
 """
@@ -275,8 +277,25 @@ def test_postinst_on_upgrade_only_try_restarts(maintainer):
     code, calls, _, err = maintainer("postinst", "configure", "0.1.0-1", STUB_USER_EXISTS="1")
     assert code == 0, err
     assert not [c for c in calls if c.startswith("adduser")], calls
-    assert calls[-2:] == ["systemctl --system daemon-reload", "deb-systemd-invoke try-restart pinproxy.service"], calls
+    assert calls[-3:] == ["systemctl --system daemon-reload", "deb-systemd-invoke try-restart pinproxy.service",
+                          "systemctl --quiet is-active pinproxy-egress.service"], calls
     never_enables_or_starts(calls)
+
+
+def test_postinst_on_upgrade_loads_the_new_rules_into_a_lock_that_is_on(maintainer):
+    """A fix to the lock's rules reaches a host whose lock is on at the upgrade (a reload: one
+    nft transaction, the lock never lifts); a lock that is off stays off (above)."""
+    code, calls, _, err = maintainer("postinst", "configure", "0.1.0-1", STUB_USER_EXISTS="1", STUB_EGRESS_ON="1")
+    assert code == 0, err
+    assert calls[-2:] == ["systemctl --quiet is-active pinproxy-egress.service", "systemctl reload pinproxy-egress.service"], calls
+    never_enables_or_starts(calls)
+    # A reload that fails does not fail the upgrade, and says what to run.
+    code, calls, _, err = maintainer("postinst", "configure", "0.1.0-1", STUB_USER_EXISTS="1", STUB_EGRESS_ON="1",
+                                     STUB_EGRESS_RELOAD_FAILS="1")
+    assert code == 0 and "run pinproxy egress apply" in err, (calls, err)
+    # A first install never touches the lock.
+    code, calls, _, err = maintainer("postinst", "configure", "", STUB_EGRESS_ON="1")
+    assert code == 0 and not [c for c in calls if "egress" in c], calls
 
 
 def test_postinst_warns_about_units_from_install_sh(maintainer):
