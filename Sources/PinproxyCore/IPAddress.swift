@@ -12,6 +12,11 @@ public struct IPAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses a literal: dotted IPv4, or IPv6 with or without brackets (no zone index).
     public init?(_ text: String) {
+        // A name (no colon, and more than digits and dots) is neither form: nothing to copy.
+        if !text.utf8.contains(UInt8(ascii: ":")),
+           !text.utf8.allSatisfy({ $0 == UInt8(ascii: ".") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) {
+            return nil
+        }
         var literal = Substring(text)
         if literal.hasPrefix("[") && literal.hasSuffix("]") {
             literal = literal.dropFirst().dropLast()

@@ -99,8 +99,9 @@ struct CheckCommand: ParsableCommand {
         var order: [String] = []
         var users: [String: (includesDefault: Bool, count: Int)] = [:]
         func add(_ entry: PolicyEntry) {
-            guard entry.policy.action == .verify, entry.policy.mode == .intercept else { return }
-            let key = anchors(entry.policy.trust)
+            let policy = entry.policy
+            guard policy.action == .verify, policy.mode == .intercept else { return }
+            let key = anchors(policy.trust)
             if users[key] == nil { order.append(key) }
             var use = users[key] ?? (false, 0)
             if entry.pattern == nil { use.includesDefault = true } else { use.count += 1 }

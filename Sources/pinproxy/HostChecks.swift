@@ -8,8 +8,8 @@ import PinproxyCore
 /// warnings name this host's state.
 enum HostChecks {
     /// Every problem of `config` on this host, whose system store holds `systemStore`.
-    static func problems(in config: Config, systemStore: @autoclosure () -> TrustStore.SystemStoreContents) -> [Diagnostic] {
-        exemptUserProblems(config) + loopbackProblems(config) + systemStoreProblems(config, store: systemStore())
+    static func problems(in config: Config, systemStore: TrustStore.SystemStoreContents) -> [Diagnostic] {
+        exemptUserProblems(config) + loopbackProblems(config) + systemStoreProblems(config, store: systemStore)
     }
 
     /// With `transparent_listen` set, each `capture.exempt_users` name that is no user here:
@@ -44,17 +44,18 @@ enum HostChecks {
 
     /// `trust = "system"` (or a list with "system") where the system store is missing or empty:
     /// every chain such an entry checks is refused (untrusted-chain).
-    static func systemStoreProblems(_ config: Config, store: @autoclosure () -> TrustStore.SystemStoreContents) -> [Diagnostic] {
+    static func systemStoreProblems(_ config: Config, store: TrustStore.SystemStoreContents) -> [Diagnostic] {
+        // A store with certificates (nearly every host) needs no look at the entries.
+        guard store.certificates == 0 else { return [] }
         let users = ([config.policies.defaultEntry] + config.policies.entries).filter { entry in
-            guard entry.policy.action == .verify, entry.policy.mode == .intercept else { return false }
-            switch entry.policy.trust {
+            let policy = entry.policy
+            guard policy.action == .verify, policy.mode == .intercept else { return false }
+            switch policy.trust {
             case .system, .systemAndListed: return true
             case .anchors, .pinned, .none: return false
             }
         }
         guard let first = users.first else { return [] }
-        let store = store()
-        guard store.certificates == 0 else { return [] }
         let state = store.exists ? "\(store.location) holds no certificate" : "there is no \(store.location)"
         let who = users.count == 1 ? first.name : "\(first.name) and \(users.count - 1) more entr\(users.count == 2 ? "y" : "ies")"
         return [Diagnostic(file: config.path, line: max(first.line, 1), severity: .warning,

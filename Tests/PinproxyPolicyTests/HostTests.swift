@@ -105,6 +105,9 @@ final class HostTests: XCTestCase {
         malformed += ["sha256/", "", "sha256/!" + String(digest.dropFirst())]
         // Not canonical: the last character carries non-zero padding bits (…A= is canonical, …B= is not).
         malformed.append("sha256/" + zeros + "B=")
+        // The right length, but `=` or a space inside, or two `=` at the end.
+        malformed += ["=", " ", "\n"].map { "sha256/" + digest.prefix(20) + $0 + digest.dropFirst(21) }
+        malformed.append("sha256/" + digest.dropLast(2) + "==")
         XCTAssertNotNil(Pin("sha256/" + digest))
         XCTAssertNotNil(Pin("sha256/" + String(repeating: "A", count: 43) + "="))
         for text in malformed {

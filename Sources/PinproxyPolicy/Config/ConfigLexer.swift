@@ -339,7 +339,10 @@ struct ConfigLexer {
             let first = text[position]
             if first == .quote || first == .apostrophe {
                 position += 1
-                var key: [UInt8] = []
+                let from = position
+                // Up to the closing quote or the first escape: most keys are taken as written.
+                while position < end && text[position] != first && !(first == .quote && text[position] == .backslash) { position += 1 }
+                var key = Array(text[from..<position])
                 while position < end && text[position] != first {
                     if first == .quote && text[position] == .backslash {
                         guard let scalar = unescape(text, &position, end) else { return nil }

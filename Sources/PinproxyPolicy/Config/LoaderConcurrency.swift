@@ -21,6 +21,13 @@ public final class InBackground<Value>: @unchecked Sendable {
     }
 }
 
+/// Drops `value` on another core, so that freeing what a large config built does not hold up
+/// the caller. The caller must hold no other reference to what it owns.
+func releaseInBackground<Value>(_ value: consuming Value) {
+    let held = UncheckedSendable(value: consume value)
+    DispatchQueue.global(qos: .utility).async { withExtendedLifetime(held) {} }
+}
+
 /// Hands values that are only read, or owned by one task at a time, to other threads.
 struct UncheckedSendable<Value>: @unchecked Sendable {
     let value: Value

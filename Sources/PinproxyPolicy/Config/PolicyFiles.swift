@@ -103,9 +103,11 @@ struct PolicyFiles {
         }
 
         var unique: [Pin] = []
-        for pin in raw.pins + pinned.map({ Pin(digest: raw.pinKind == .certificate ? $0.certificateSHA256 : $0.publicKeySHA256) })
-        where !unique.contains(pin) {
-            unique.append(pin)
+        unique.reserveCapacity(raw.pins.count + pinned.count)
+        for pin in raw.pins where !unique.contains(pin) { unique.append(pin) }
+        for certificate in pinned {
+            let pin = Pin(digest: raw.pinKind == .certificate ? certificate.certificateSHA256 : certificate.publicKeySHA256)
+            if !unique.contains(pin) { unique.append(pin) }
         }
         settings.pins = unique
         findings += warnings(settings, raw, anchors: anchors)

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import PinproxyInterop
 
 /// A pin: `sha256/` followed by the standard, padded base64 of a 32-byte SHA-256 digest.
 public struct Pin: Hashable, Sendable, CustomStringConvertible {
@@ -15,15 +16,15 @@ public struct Pin: Hashable, Sendable, CustomStringConvertible {
     /// Parses `sha256/BASE64`; nil for anything else (other algorithms, unpadded or URL-safe
     /// base64, a digest that is not 32 bytes, non-canonical encodings).
     public init?(_ text: String) {
-        guard text.hasPrefix("sha256/") else { return nil }
-        let encoded = String(decoding: text.utf8.dropFirst("sha256/".utf8.count), as: UTF8.self)
-        guard encoded.utf8.count == 44,
-              let data = Data(base64Encoded: encoded),
-              data.count == 32,
-              data.base64EncodedString() == encoded
+        // As bytes (one copy, no strings made): a config may hold 200,000 pins.
+        let bytes = Array(text.utf8)
+        guard bytes.count == Self.prefix.count + 44, bytes.starts(with: Self.prefix),
+              let digest = CanonicalBase64.decode(bytes[Self.prefix.count...]), digest.count == 32
         else { return nil }
-        self.digest = Array(data)
+        self.digest = digest
     }
+
+    private static let prefix = Array("sha256/".utf8)
 
     public var description: String {
         "sha256/" + Data(digest).base64EncodedString()
