@@ -25,6 +25,7 @@ struct CheckCommand: ParsableCommand {
         if let user {
             try CheckAsUser(user: user, config: options.source.path.map { URL(fileURLWithPath: $0).standardizedFileURL.path } ?? "-").run()
         }
+        ProcessLimits.keepHeapUntilExit()
         // Counted on another core while the config loads (parsing every certificate of the
         // bundle is 0.1 s); nothing is left reading on return, as OpenSSL's exit handler requires.
         let systemStore = InBackground { TrustStore.systemStoreContents() }

@@ -17,6 +17,8 @@
 #include <linux/sock_diag.h>
 #include <linux/inet_diag.h>
 #include <sys/types.h>
+// mallopt(3) and its M_* settings: Swift's Glibc module does not carry <malloc.h>.
+#include <malloc.h>
 
 // STACK_OF(X509): the sk_X509_* accessors are macros.
 STACK_OF(X509) *pp_sk_X509_new_null(void);

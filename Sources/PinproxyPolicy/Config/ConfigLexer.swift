@@ -245,6 +245,11 @@ struct ConfigLexer {
         index += 1
         while index < text.count {
             let byte = text[index]
+            // Most bytes: printable, and neither the quote nor a backslash.
+            if byte >= 0x20 && byte != 0x7F && byte != quote && byte != .backslash {
+                index += 1
+                continue
+            }
             if byte == quote {
                 index += 1
                 return
