@@ -247,6 +247,7 @@ struct ConfigDecoder {
             return nil
         }
         var result: [String] = []
+        result.reserveCapacity(array.count)
         for element in array {
             guard let string = element.string else {
                 error(keyPath(), "\(displayKeyPath(keyPath())) must be an array of strings, and holds \(withArticle(element.type))")

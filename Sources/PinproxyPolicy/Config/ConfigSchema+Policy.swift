@@ -36,6 +36,7 @@ extension ConfigSchema {
               doc: "public-key: SHA-256 of the DER SubjectPublicKeyInfo; certificate: SHA-256 of the certificate DER") { decoder, value, keyPath in
             guard let texts = decoder.strings(value, keyPath) else { return nil }
             var pins: [Pin] = []
+            pins.reserveCapacity(texts.count)
             for text in texts {
                 if let pin = Pin(text) {
                     pins.append(pin)
