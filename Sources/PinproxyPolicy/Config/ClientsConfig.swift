@@ -70,9 +70,9 @@ struct RawClientSection: Sendable {
     let key: String
     let line: Int
     let selector: ClientSelectorText
-    @Declared(.clients, "allow") var allow: [HostPattern]?
-    @Declared(.clients, "deny") var deny: [HostPattern]
-    @Declared(.clients, "enforce") var enforce: Bool
+    var allow: [HostPattern]? = declared(.clients, "allow")
+    var deny: [HostPattern] = declared(.clients, "deny")
+    var enforce: Bool = declared(.clients, "enforce")
 
     /// A section that writes no key: every field is its key's declared default.
     init(key: String, line: Int, selector: ClientSelectorText) {

@@ -66,67 +66,67 @@ public struct ProxySettings: Sendable {
         case inTLS = "in-tls"
     }
 
-    @Declared(.proxy, "listen") public var listen: [ListenAddress]
+    public var listen: [ListenAddress] = declared(.proxy, "listen")
     /// Where connections redirected by the egress lock arrive (no CONNECT: the host comes
     /// from the ClientHello, the address and port from the original destination).
-    @Declared(.proxy, "transparent_listen") public var transparentListen: [ListenAddress]
+    public var transparentListen: [ListenAddress] = declared(.proxy, "transparent_listen")
     /// Where the local CA lives; nil means the platform default (see `LocalCA`).
-    @Declared(.proxy, "ca_dir") public var caDirectory: String?
-    @Declared(.proxy, "allow_ports") public var allowPorts: Set<UInt16>
-    @Declared(.proxy, "block_private_destinations") public var blockPrivateDestinations: Bool
-    @Declared(.proxy, "metrics_listen") public var metricsListen: ListenAddress?
-    @Declared(.proxy, "log_format") public var logFormat: LogFormat
-    @Declared(.proxy, "refusal") public var refusal: RefusalDelivery
+    public var caDirectory: String? = declared(.proxy, "ca_dir")
+    public var allowPorts: Set<UInt16> = declared(.proxy, "allow_ports")
+    public var blockPrivateDestinations: Bool = declared(.proxy, "block_private_destinations")
+    public var metricsListen: ListenAddress? = declared(.proxy, "metrics_listen")
+    public var logFormat: LogFormat = declared(.proxy, "log_format")
+    public var refusal: RefusalDelivery = declared(.proxy, "refusal")
     /// Where `pinproxy run` writes its process id (for `pinproxy reload`); nil: nowhere.
-    @Declared(.proxy, "pid_file") public var pidFile: String?
+    public var pidFile: String? = declared(.proxy, "pid_file")
     /// `report_to`: where pin-failure reports go (RFC 7469 JSON).
-    @Declared(.proxy, "report_to") public var reportTo: [ReportDestination]
+    public var reportTo: [ReportDestination] = declared(.proxy, "report_to")
     /// `report_rate_limit`: reports a minute for the whole daemon, on top of 10 a minute per host.
-    @Declared(.proxy, "report_rate_limit") public var reportRateLimit: Int
+    public var reportRateLimit: Int = declared(.proxy, "report_rate_limit")
     /// `report_file_max_bytes`: a `file:` destination is not written past this size; reports
     /// are dropped until the file is reopened.
-    @Declared(.proxy, "report_file_max_bytes") public var reportFileMaxBytes: Int
+    public var reportFileMaxBytes: Int = declared(.proxy, "report_file_max_bytes")
     /// A `verify_command` that has not answered within this is killed, and the connection refused.
-    @Declared(.proxy, "verify_command_timeout") public var verifyCommandTimeout: TimeInterval
+    public var verifyCommandTimeout: TimeInterval = declared(.proxy, "verify_command_timeout")
     /// How long a `verify_command` answer is reused for the same chain, host, port and command.
-    @Declared(.proxy, "verify_command_cache") public var verifyCommandCache: TimeInterval
+    public var verifyCommandCache: TimeInterval = declared(.proxy, "verify_command_cache")
     /// `verify_command`s running at once, at most.
-    @Declared(.proxy, "verify_command_concurrency") public var verifyCommandConcurrency: Int
+    public var verifyCommandConcurrency: Int = declared(.proxy, "verify_command_concurrency")
     /// Event loops (threads); nil means one per core.
-    @Declared(.proxy, "workers") public var workers: Int?
+    public var workers: Int? = declared(.proxy, "workers")
     /// Whole CONNECT request, from accept to the end of its headers.
-    @Declared(.proxy, "request_timeout") public var requestTimeout: TimeInterval
+    public var requestTimeout: TimeInterval = declared(.proxy, "request_timeout")
     /// DNS resolution of one destination.
-    @Declared(.proxy, "dns_timeout") public var dnsTimeout: TimeInterval
+    public var dnsTimeout: TimeInterval = declared(.proxy, "dns_timeout")
     /// TCP connect to one upstream address.
-    @Declared(.proxy, "connect_timeout") public var connectTimeout: TimeInterval
+    public var connectTimeout: TimeInterval = declared(.proxy, "connect_timeout")
     /// Each TLS handshake (upstream, then with the client).
-    @Declared(.proxy, "handshake_timeout") public var handshakeTimeout: TimeInterval
+    public var handshakeTimeout: TimeInterval = declared(.proxy, "handshake_timeout")
     /// A tunnel with no traffic either way for this long is closed.
-    @Declared(.proxy, "idle_timeout") public var idleTimeout: TimeInterval
+    public var idleTimeout: TimeInterval = declared(.proxy, "idle_timeout")
     /// On SIGTERM, how long open tunnels may go on before they are cut.
-    @Declared(.proxy, "drain_timeout") public var drainTimeout: TimeInterval
+    public var drainTimeout: TimeInterval = declared(.proxy, "drain_timeout")
     /// Each `metrics_listen` request in total, from accept (or the previous answer on the
     /// connection) to its answer, however slowly the client sends it.
-    @Declared(.proxy, "admin_timeout") public var adminTimeout: TimeInterval
+    public var adminTimeout: TimeInterval = declared(.proxy, "admin_timeout")
     /// Open client connections at most; further ones are closed at accept. nil: as many as
     /// the open-file limit allows (two descriptors per tunnel).
-    @Declared(.proxy, "max_connections") public var maxConnections: Int?
+    public var maxConnections: Int? = declared(.proxy, "max_connections")
     /// Tunnels one client holds at most (`client-limit` beyond): a local client is its uid, a
     /// remote or forwarded one its address, and unknown clients share one count; nil: unlimited.
-    @Declared(.proxy, "max_tunnels_per_client") public var maxTunnelsPerClient: Int?
+    public var maxTunnelsPerClient: Int? = declared(.proxy, "max_tunnels_per_client")
     /// How long a connection waits for what is looked up off the loop about its client (the
     /// user's name, the cgroup's unit, the program); a unit not found by then makes it unknown.
-    @Declared(.proxy, "client_identity_timeout") public var clientIdentityTimeout: TimeInterval
+    public var clientIdentityTimeout: TimeInterval = declared(.proxy, "client_identity_timeout")
     /// Whether pin-failure reports carry the client's identity (user names and paths would
     /// go to the collector).
-    @Declared(.proxy, "report_client_identity") public var reportClientIdentity: Bool
+    public var reportClientIdentity: Bool = declared(.proxy, "report_client_identity")
     /// `ct_log_list`: the CT log list file (resolved against the config's directory).
-    @Declared(.proxy, "ct_log_list") public var ctLogList: String?
+    public var ctLogList: String? = declared(.proxy, "ct_log_list")
     /// Bytes buffered per direction of a tunnel before reading pauses (backpressure). The relay
     /// holds at most one TLS record's plaintext (16 KiB) per direction, or this if smaller; it
     /// also bounds what is queued for a client during its handshake or an in-TLS refusal.
-    @Declared(.proxy, "relay_buffer_bytes") public var relayBufferBytes: Int
+    public var relayBufferBytes: Int = declared(.proxy, "relay_buffer_bytes")
 
     public init() {}
 }
@@ -135,16 +135,16 @@ public struct ProxySettings: Sendable {
 /// outgoing TCP to these ports to the transparent listener.
 public struct CaptureSettings: Sendable, Equatable {
     /// Destination ports redirected (TCP) and, with `blockQUIC`, rejected (UDP).
-    @Declared(.capture, "ports") public var ports: [UInt16]
+    public var ports: [UInt16] = declared(.capture, "ports")
     /// Whether destinations that are this host's own addresses are captured too.
-    @Declared(.capture, "local") public var local: Bool
+    public var local: Bool = declared(.capture, "local")
     /// Whether outgoing UDP to `ports` is rejected, so that HTTP/3 clients fall back to TCP.
-    @Declared(.capture, "block_quic") public var blockQUIC: Bool
+    public var blockQUIC: Bool = declared(.capture, "block_quic")
     /// Users whose processes go out uncaptured: pinproxy's own user, at least.
-    @Declared(.capture, "exempt_users") public var exemptUsers: [String]
+    public var exemptUsers: [String] = declared(.capture, "exempt_users")
     /// Interfaces whose forwarded traffic is captured too (containers' bridges): exact names,
     /// or a prefix and a trailing `*`.
-    @Declared(.capture, "forward_interfaces") public var forwardInterfaces: [String]
+    public var forwardInterfaces: [String] = declared(.capture, "forward_interfaces")
     /// Whether the config has a `[capture]` table (the defaults apply otherwise).
     public var isWritten = false
 

@@ -33,35 +33,35 @@ struct RawPolicy: Sendable {
     private(set) var name: String
     /// nil for `[default]`.
     private(set) var pattern: HostPattern?
-    @Declared(.policy, "action") var action: HostPolicy.Action
-    @Declared(.policy, "trust") var trust: Trust
-    @Declared(.policy, "validate_host") var validateHost: Bool
-    @Declared(.policy, "pin") var pinKind: HostPolicy.PinKind
+    var action: HostPolicy.Action = declared(.policy, "action")
+    var trust: Trust = declared(.policy, "trust")
+    var validateHost: Bool = declared(.policy, "validate_host")
+    var pinKind: HostPolicy.PinKind = declared(.policy, "pin")
     /// The `pins` as written (each well-formed: a malformed pin is a decode error).
-    @Declared(.policy, "pins") var pins: [Pin]
-    @Declared(.policy, "certificates") var certificateFiles: [String]
-    @Declared(.policy, "enforce") var enforce: Bool
+    var pins: [Pin] = declared(.policy, "pins")
+    var certificateFiles: [String] = declared(.policy, "certificates")
+    var enforce: Bool = declared(.policy, "enforce")
     /// `require_web_pki_profile`: the web-PKI issuance rules for system and listed anchors.
-    @Declared(.policy, "require_web_pki_profile") var requireWebPKIProfile: Bool
+    var requireWebPKIProfile: Bool = declared(.policy, "require_web_pki_profile")
     /// `verify_command` as written: the executable, then its arguments.
-    @Declared(.policy, "verify_command") var verifyCommand: [String]?
+    var verifyCommand: [String]? = declared(.policy, "verify_command")
     /// `expires` as written (YYYY-MM-DD) and the first instant pins are no longer enforced.
-    @Declared(.policy, "expires") var expires: (written: String, end: Date)?
-    @Declared(.policy, "include_subdomains") var includeSubdomains: Bool
+    var expires: (written: String, end: Date)? = declared(.policy, "expires")
+    var includeSubdomains: Bool = declared(.policy, "include_subdomains")
     /// nil: `proxy.allow_ports`.
-    @Declared(.policy, "ports") var ports: Set<UInt16>?
-    @Declared(.policy, "min_tls") var minTLS: HostPolicy.TLSVersion
-    @Declared(.policy, "revocation") var revocation: Revocation
+    var ports: Set<UInt16>? = declared(.policy, "ports")
+    var minTLS: HostPolicy.TLSVersion = declared(.policy, "min_tls")
+    var revocation: Revocation = declared(.policy, "revocation")
     /// nil when `crls` is not written.
-    @Declared(.policy, "crls") var crlFiles: [String]?
-    @Declared(.policy, "mode") var mode: HostPolicy.Mode
-    @Declared(.policy, "ct") var ct: HostPolicy.CTMode
+    var crlFiles: [String]? = declared(.policy, "crls")
+    var mode: HostPolicy.Mode = declared(.policy, "mode")
+    var ct: HostPolicy.CTMode = declared(.policy, "ct")
     /// `client_certificate` and `client_key` as written.
-    @Declared(.policy, "client_certificate") var clientCertificateFile: String?
-    @Declared(.policy, "client_key") var clientKeyFile: String?
+    var clientCertificateFile: String? = declared(.policy, "client_certificate")
+    var clientKeyFile: String? = declared(.policy, "client_key")
 
     /// An entry that writes no key: every field is its key's declared default. A copy of one
-    /// made once: an initializer would look every default up again (`@Declared`), for each of
+    /// made once: an initializer would look every default up again (`declared(_:_:)`), for each of
     /// 100,000 entries.
     static func unwritten(path: [String], name: String, pattern: HostPattern?) -> RawPolicy {
         var raw = prototype
