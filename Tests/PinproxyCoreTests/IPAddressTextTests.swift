@@ -14,11 +14,21 @@ final class IPAddressTextTests: XCTestCase {
         "::ffff:1.2.3.4", "::1.2.3.4", "1:2:3:4:5:6:1.2.3.4", "1:2:3:4:5:6:7:1.2.3.4", "::ffff:1.2.3", "::ffff:01.2.3.4",
         "::ffff:1.2.3.4:5", "1.2.3.4::", "::1234.1.1.1", "::ffff:256.1.1.1", "64:ff9b::192.0.2.1", "2001:db8::1",
         "2001:0db8:0000:0000:0000:0000:0000:0001", "fe80::1%eth0", "::g", " ::1", "::1 ", "0:0:0:0:0:0:0:0",
+        // Names and near-names: no colon and more than digits and dots, refused before any copy.
+        "example.test", "h1.example.test", "1.2.3.4a", "a1.2.3.4", "[1.2.3.4]", "\u{E9}.1.2.3",
     ]
 
     func testParsingIsTheCLibrarys() {
         for literal in Self.literals {
             check(literal)
+        }
+    }
+
+    /// Where `IPAddress` is stricter than glibc on purpose: trailing space (glibc accepts it),
+    /// and text after a NUL (C stops reading there).
+    func testTextAfterTheAddressIsRefused() {
+        for literal in ["1.2.3.4 ", "1.2.3.4\u{0}", "1.2.3.4\u{0}x", "::1\u{0}"] {
+            XCTAssertNil(IPAddress(literal), literal.debugDescription)
         }
     }
 

@@ -58,6 +58,29 @@ final class ConfigTextTests: XCTestCase {
         }
     }
 
+    /// A control character is found wherever it stands in a string, after printable and
+    /// non-ASCII bytes and after an escape, in basic and literal strings alike.
+    func testAControlCharacterInsideAStringIsRefusedAtItsLine() {
+        let message = "the config holds the control character U+%@: TOML allows none but tab and line breaks (in a string, write an escape)"
+        for (value, code) in [("\"/bin/abc\u{01}def\"", "0001"), ("'caf\u{E9}\u{1F}'", "001F"), ("\"a\\\"b\u{7F}c\"", "007F"),
+                              ("'a\\\u{08}'", "0008")] {
+            XCTAssertEqual(diagnostics("[proxy]\n\nca_dir = " + value + "\n"),
+                           ["c.toml:3: " + message.replacingOccurrences(of: "%@", with: code)], value.debugDescription)
+        }
+        // Printable, tab, non-ASCII and escaped bytes pass.
+        XCTAssertEqual(diagnostics("[proxy]\nca_dir = \"a\tb \u{E9}\\\"\\u0041 #[x]\"\n"), [])
+    }
+
+    /// A quoted key is taken as written up to its first escape, then escape by escape.
+    func testQuotedKeysWithAndWithoutEscapesNameTheirEntries() throws {
+        let text = "[hosts.\"plain.example\"]\n[hosts.\"ab\\u0063.example\"]\n[hosts.\"\\u0064ef.example\"]\n"
+        let config = try ConfigLoader.load(text: text, path: "c.toml", directory: NSTemporaryDirectory())
+        XCTAssertEqual(config.policies.entries.map { $0.pattern?.description }, ["plain.example", "abc.example", "def.example"])
+        XCTAssertEqual(config.policies.entries.map(\.line), [1, 2, 3])
+        XCTAssertEqual(diagnostics("[proxy]\n[hosts.\"ab\\u0063.example\"]\nmin_tls = \"1.1\"\n"),
+                       [#"c.toml:3: hosts."abc.example".min_tls = "1.1" is not one of "1.2", "1.3""#])
+    }
+
     func testTabsAndLineBreaksStayValid() {
         XCTAssertEqual(diagnostics("[proxy]\r\n\tallow_ports = [443]\t# tab\r\n\n"), [])
     }
